@@ -1,0 +1,77 @@
+//! The per-task reference: everything the cluster side needs to run one task.
+//!
+//! This is the contract between the render core (which produces it) and the operator
+//! (which turns it into a Task object and a Pod). Plain data, no Kubernetes types.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How a task process is driven through the state machine.
+///
+/// The anchor's Kubernetes variants (`kubernetes_direct`, `kubectl_direct`, ...) differ only in
+/// how the anchor launched the process; here every task runs as a Pod, so they map onto the
+/// plain modes (see docs/workflow-language.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ControlMode {
+    /// One control-protocol event per transition.
+    #[default]
+    Direct,
+    /// FairMQ device: multi-step sequences over the JSON variant of the protocol.
+    Fairmq,
+    /// No protocol: the state follows the pod phase.
+    Basic,
+    /// Runs at a given transition (`trigger`), its result gates it.
+    Hook,
+}
+
+/// One environment variable, as Kubernetes and the `-o tasks` view spell it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+}
+
+/// One task of an environment, fully resolved.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskRef {
+    /// Task object name: DNS-1123, unique across environments.
+    pub name: String,
+    /// Task id, unique within the environment (the FairMQ `--id`).
+    pub id: String,
+    /// Role path, e.g. `readout-dataflow.host-flp001.readout`.
+    pub path: String,
+    /// Task class: the file name that `load:` names.
+    pub class: String,
+    /// The node exactly as the workflow's `machine_id` names it.
+    pub node: String,
+    /// TaskTemplate (pod shape) to run it with.
+    pub template: String,
+    pub control_mode: ControlMode,
+    pub control_port: u16,
+    /// A failing non-critical task is reported but does not fail the environment.
+    pub critical: bool,
+    /// `command.value`: the program (or shell line when `shell`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub command: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shell: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    pub env: Vec<EnvVar>,
+    pub args: Vec<String>,
+    /// Transition arguments for the channels, FairMQ key form (`chans.<name>.0.address`, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub channels: BTreeMap<String, String>,
+    /// Hook tasks: the transition that runs them (e.g. `before_CONFIGURE`), and the one that awaits them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r#await: Option<String>,
+    /// Per-transition deadline for this task, seconds (the role's `timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u32>,
+}
