@@ -338,15 +338,24 @@ fn channel_for(addr: SocketAddr) -> Result<Channel, ControlError> {
     Ok(channel)
 }
 
-/// Sets the content type of the JSON variant (tonic's client always writes
-/// `application/grpc`).
-#[derive(Clone)]
-struct WithContentType {
+/// A channel that sends a variant's content type (tonic's client always writes
+/// `application/grpc`, which would make a JSON peer read protobuf).
+#[derive(Clone, Debug)]
+pub struct VariantChannel {
     inner: Channel,
     content_type: http::HeaderValue,
 }
 
-impl Service<http::Request<tonic::body::Body>> for WithContentType {
+impl VariantChannel {
+    pub fn new(inner: Channel, variant: Variant) -> Self {
+        VariantChannel {
+            inner,
+            content_type: http::HeaderValue::from_static(variant.content_type()),
+        }
+    }
+}
+
+impl Service<http::Request<tonic::body::Body>> for VariantChannel {
     type Response = <Channel as Service<http::Request<tonic::body::Body>>>::Response;
     type Error = <Channel as Service<http::Request<tonic::body::Body>>>::Error;
     type Future = <Channel as Service<http::Request<tonic::body::Body>>>::Future;
@@ -383,10 +392,7 @@ where
         return Err(deadline_error());
     }
     let channel = channel_for(addr)?;
-    let svc = WithContentType {
-        inner: channel,
-        content_type: http::HeaderValue::from_static(variant.content_type()),
-    };
+    let svc = VariantChannel::new(channel, variant);
     let fut = async move {
         let mut grpc = Grpc::new(svc);
         grpc.ready().await.map_err(|e| rpc_error(addr, call, e))?;
@@ -423,9 +429,9 @@ fn status_error(
     deadline: Option<Duration>,
 ) -> ControlError {
     if let Some(deadline) = deadline
-        && s.code() == tonic::Code::DeadlineExceeded
+        && (s.code() == tonic::Code::DeadlineExceeded || timed_out(&s))
     {
-        // The peer honoured our grpc-timeout and gave up at the deadline.
+        // The peer honoured our grpc-timeout, or tonic's own timeout fired at the deadline.
         return ControlError::Deadline {
             addr,
             call: call.to_string(),
@@ -445,6 +451,18 @@ fn status_error(
         code: s.code(),
         message,
     }
+}
+
+/// Whether tonic gave up on its own timeout (`Cancelled` caused by `TimeoutExpired`).
+fn timed_out(s: &tonic::Status) -> bool {
+    let mut src = std::error::Error::source(s);
+    while let Some(e) = src {
+        if e.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        src = e.source();
+    }
+    false
 }
 
 fn rpc_error(addr: SocketAddr, call: &str, e: impl std::fmt::Display) -> ControlError {
