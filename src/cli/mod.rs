@@ -22,6 +22,8 @@ pub enum Command {
     /// The local control plane (etcd, kube-apiserver, kube-controller-manager, kwok).
     #[command(subcommand)]
     Dev(envbridge::dev::DevCommand),
+    /// Run a task SIMULATOR: a stand-in task process speaking the control protocol.
+    TaskSim(envbridge::control::sim::TaskSimArgs),
 }
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -31,5 +33,6 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Dev(cmd) => envbridge::dev::run(cmd),
+        Command::TaskSim(args) => envbridge::control::sim::run(args),
     }
 }
