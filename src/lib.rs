@@ -9,3 +9,4 @@ pub mod crd;
 pub mod dev;
 pub mod plan;
 pub mod state;
+pub mod install;
