@@ -8,3 +8,4 @@ pub mod crd;
 pub mod dev;
 pub mod plan;
 pub mod state;
+pub mod workflow;
