@@ -58,6 +58,9 @@ struct Compiled {
     pure: bool,
 }
 
+/// (compiled expression id, values of the variables it names).
+type MemoKey = (usize, Vec<Arc<str>>);
+
 thread_local! {
     static CALL_SITES: RefCell<Vec<CallSite>> = const { RefCell::new(Vec::new()) };
 }
@@ -66,7 +69,7 @@ thread_local! {
 pub struct Engine {
     root: Context<'static, 'static>,
     compiled: RefCell<HashMap<Arc<str>, Rc<Compiled>>>,
-    memo: RefCell<HashMap<(usize, Vec<Arc<str>>), Arc<str>>>,
+    memo: RefCell<HashMap<MemoKey, Arc<str>>>,
 }
 
 impl Default for Engine {

@@ -41,14 +41,17 @@ pub struct Builtins {
     pub task_hostname: Option<Arc<str>>,
 }
 
+/// A variable name and the layer its definition comes from.
+type VarKey = (Arc<str>, usize);
+
 pub struct Scope<'e> {
     engine: &'e Engine,
     layers: Vec<Layer>,
     builtins: Builtins,
     /// The role (or task) path evaluating: `Parent()` for values without a place of their own.
     home: Arc<str>,
-    memo: RefCell<HashMap<(Arc<str>, usize), Arc<str>>>,
-    active: RefCell<Vec<(Arc<str>, usize)>>,
+    memo: RefCell<HashMap<VarKey, Arc<str>>>,
+    active: RefCell<Vec<VarKey>>,
 }
 
 impl<'e> Scope<'e> {
