@@ -10,3 +10,4 @@ pub mod dev;
 pub mod plan;
 pub mod state;
 pub mod install;
+pub mod workflow;
