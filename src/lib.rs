@@ -6,5 +6,6 @@
 
 pub mod crd;
 pub mod dev;
+pub mod operator;
 pub mod plan;
 pub mod state;

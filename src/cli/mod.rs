@@ -5,7 +5,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "envbridge", version, about = "Run-control environments on Kubernetes")]
+#[command(
+    name = "envbridge",
+    version,
+    about = "Run-control environments on Kubernetes"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -18,6 +22,8 @@ pub enum Command {
     /// The local control plane (etcd, kube-apiserver, kube-controller-manager, kwok).
     #[command(subcommand)]
     Dev(envbridge::dev::DevCommand),
+    /// The cluster side: Environment -> Tasks -> Pods (leader-elected controller).
+    Operator(envbridge::operator::OperatorArgs),
 }
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -27,5 +33,6 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Dev(cmd) => envbridge::dev::run(cmd),
+        Command::Operator(args) => envbridge::operator::run_cli(args),
     }
 }
