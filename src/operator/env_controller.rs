@@ -290,6 +290,28 @@ async fn publish_changes(
     old: &EnvironmentStatus,
     new: &EnvironmentStatus,
 ) {
+    let reference = env.object_ref(&());
+    for (type_, reason, note) in status_events(old, new) {
+        let ev = KEvent {
+            type_,
+            reason,
+            note: Some(truncate(&note, 1000)),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+            warn!(env = %env.name_any(), error = %e, "could not publish event");
+        }
+    }
+}
+
+/// The Events a status change deserves. The recorder folds events of equal reason into one
+/// series, so the reason names the new state (`StateStandby`) or the transition outcome
+/// (`ConfigureSucceeded`).
+pub fn status_events(
+    old: &EnvironmentStatus,
+    new: &EnvironmentStatus,
+) -> Vec<(EventType, String, String)> {
     let mut events = Vec::new();
     if old.state != new.state
         && let Some(state) = new.state
@@ -299,6 +321,7 @@ async fn publish_changes(
             .map(|s| s.to_string())
             .unwrap_or_else(|| "none".into());
         let ready = new.ready.clone().unwrap_or_default();
+        let reason = format!("State{}", pascal(state.as_str()));
         if state == State::Error {
             let names: Vec<String> = new
                 .failing_tasks
@@ -308,13 +331,13 @@ async fn publish_changes(
                 .collect();
             events.push((
                 EventType::Warning,
-                "StateError",
+                reason,
                 format!("{from} -> ERROR: {}", names.join("; ")),
             ));
         } else {
             events.push((
                 EventType::Normal,
-                "StateChanged",
+                reason,
                 format!("{from} -> {state} (ready {ready})"),
             ));
         }
@@ -323,11 +346,12 @@ async fn publish_changes(
         && old.transition.as_ref().map(|o| (&o.id, o.phase)) != Some((&tr.id, tr.phase))
     {
         use crate::crd::TransitionPhase::*;
-        let (ty, reason) = match tr.phase {
-            Running => (EventType::Normal, "TransitionRunning"),
-            Succeeded => (EventType::Normal, "TransitionSucceeded"),
-            Failed => (EventType::Warning, "TransitionFailed"),
+        let (ty, outcome) = match tr.phase {
+            Running => (EventType::Normal, "Running"),
+            Succeeded => (EventType::Normal, "Succeeded"),
+            Failed => (EventType::Warning, "Failed"),
         };
+        let reason = format!("{}{outcome}", pascal(tr.event.as_str()));
         let note = if tr.message.is_empty() {
             format!("{} {}", tr.event, tr.id)
         } else {
@@ -335,19 +359,20 @@ async fn publish_changes(
         };
         events.push((ty, reason, note));
     }
-    let reference = env.object_ref(&());
-    for (type_, reason, note) in events {
-        let ev = KEvent {
-            type_,
-            reason: reason.into(),
-            note: Some(truncate(&note, 1000)),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
-            warn!(env = %env.name_any(), error = %e, "could not publish event");
-        }
-    }
+    events
+}
+
+/// `GO_ERROR` -> `GoError`.
+fn pascal(s: &str) -> String {
+    s.split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            match c.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + &c.as_str().to_ascii_lowercase(),
+                None => String::new(),
+            }
+        })
+        .collect()
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -456,4 +481,52 @@ async fn finalize(env: &Environment, ctx: &Ctx, api: &Api<Environment>) -> Resul
     }
     info!(env = %name, namespace = %ns, "environment cleaned up");
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{FailingTask, TransitionPhase, TransitionStatus};
+    use crate::state::Event;
+
+    #[test]
+    fn events_name_the_new_state_and_the_transition_outcome() {
+        let old = EnvironmentStatus {
+            state: Some(State::Mixed),
+            ..Default::default()
+        };
+        let new = EnvironmentStatus {
+            state: Some(State::Error),
+            failing_tasks: vec![FailingTask {
+                name: "t1".into(),
+                critical: true,
+                message: "boom".into(),
+                ..Default::default()
+            }],
+            transition: Some(TransitionStatus {
+                id: "x".into(),
+                event: Event::GoError,
+                phase: TransitionPhase::Failed,
+                message: "m".into(),
+            }),
+            ..Default::default()
+        };
+        let ev = status_events(&old, &new);
+        assert_eq!(ev[0].1, "StateError");
+        assert_eq!(ev[0].2, "MIXED -> ERROR: t1 (boom)");
+        assert_eq!(
+            (ev[1].0, ev[1].1.as_str(), ev[1].2.as_str()),
+            (EventType::Warning, "GoErrorFailed", "GO_ERROR x: m")
+        );
+        assert!(status_events(&new, &new).is_empty());
+        let mut cond = Vec::new();
+        set_condition(&mut cond, "A", true, "R", "m", Some(1));
+        let t0 = cond[0].last_transition_time.clone();
+        set_condition(&mut cond, "A", true, "R2", "m2", Some(2));
+        assert_eq!(
+            cond[0].last_transition_time, t0,
+            "time kept while the status holds"
+        );
+        assert_eq!(cond[0].reason, "R2");
+    }
 }
