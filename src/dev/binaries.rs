@@ -139,12 +139,13 @@ fn build(root: &Path, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(&src).ctx("creating", &src)?;
     std::fs::write(src.join("go.mod"), GO_MOD).ctx("writing", src.join("go.mod"))?;
     std::fs::write(src.join("go.sum"), GO_SUM).ctx("writing", src.join("go.sum"))?;
-    let tmp = dir.with_extension("partial");
+    // Not with_extension: the key itself contains dots (v0.8.0).
+    let tmp = dir.with_file_name(format!("{KEY}.partial"));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).ctx("removing", &tmp)?;
     }
     std::fs::create_dir_all(&tmp).ctx("creating", &tmp)?;
-    let log = dir.with_extension("build.log");
+    let log = dir.with_file_name(format!("{KEY}.build.log"));
     let log_file = std::fs::File::create(&log).ctx("creating", &log)?;
     let log_err = log_file.try_clone().ctx("opening", &log)?;
 
