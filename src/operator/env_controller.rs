@@ -29,8 +29,7 @@ pub const COND_SETS: &str = "TaskSetsVerified";
 pub const COND_CREATED: &str = "TasksCreated";
 
 pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
-    let _ = ctx.tasks.wait_until_ready().await;
-    let _ = ctx.task_sets.wait_until_ready().await;
+    ctx.listed().await;
     let ns = env.namespace().unwrap_or_default();
     let name = env.name_any();
     let api: Api<Environment> = Api::namespaced(ctx.client.clone(), &ns);

@@ -1,12 +1,12 @@
 //! Wiring: one watch per kind into reflector stores (managedFields pruned), the two
 //! controllers, leader election, shutdown.
 
-use std::future::ready;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::{DashMap, DashSet};
-use futures::{Stream, StreamExt};
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -37,6 +37,7 @@ pub struct Ctx {
     pub verified: DashSet<String>,
     /// TaskSet uid -> (resourceVersion, sha256): TaskSets are immutable, hash each once.
     pub set_hashes: DashMap<String, (String, String)>,
+    listed: tokio::sync::watch::Receiver<bool>,
 }
 
 fn scoped<K>(client: &Client, ns: Option<&str>) -> Api<K>
@@ -86,7 +87,7 @@ where
             if let Err(e) = r {
                 warn!(watch = name, error = %e, "watch error (retrying)");
             }
-            ready(())
+            std::future::ready(())
         })
         .await
     })
@@ -101,6 +102,38 @@ fn log_errors<T>(
             warn!(watch = name, error = %e, "watch error (retrying)");
         }
     })
+}
+
+/// Resolves once every store has its first complete list. One waiter per store: kube's
+/// `Store::wait_until_ready` wakes a single waiter reliably, not hundreds of reconciles.
+async fn all_listed(stores: Vec<(&'static str, BoxFuture<'static, ()>)>) {
+    for (name, mut fut) in stores {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), &mut fut).await {
+                Ok(()) => break,
+                Err(_) => warn!(store = name, "watch has not listed yet"),
+            }
+        }
+    }
+}
+
+fn listed<K>(store: &Store<K>) -> BoxFuture<'static, ()>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let store = store.clone();
+    async move {
+        let _ = store.wait_until_ready().await;
+    }
+    .boxed()
+}
+
+impl Ctx {
+    /// Reconciles wait here until every watch has listed (no decision on a partial view).
+    pub async fn listed(&self) {
+        let mut rx = self.listed.clone();
+        let _ = rx.wait_for(|ready| *ready).await;
+    }
 }
 
 /// Runs both controllers until `shutdown` fires (no leader election: callers that need it use [`run`]).
@@ -134,7 +167,21 @@ pub async fn run_controllers(
             .clone()
             .or_else(|| std::env::var("POD_NAME").ok()),
     };
+    let (listed_tx, listed_rx) = tokio::sync::watch::channel(false);
+    let gate = all_listed(vec![
+        ("tasks", listed(&tasks)),
+        ("pods", listed(&pods)),
+        ("services", listed(&services)),
+        ("tasksets", listed(&task_sets)),
+        ("nodes", listed(&nodes)),
+        ("tasktemplates", listed(&templates)),
+    ]);
+    let gate = tokio::spawn(async move {
+        gate.await;
+        let _ = listed_tx.send(true);
+    });
     let ctx = Arc::new(Ctx {
+        listed: listed_rx,
         recorder: Recorder::new(client.clone(), reporter),
         pod_settings: args.pod_settings(),
         client: client.clone(),
@@ -172,7 +219,7 @@ pub async fn run_controllers(
         if let Err(e) = r {
             tracing::debug!(error = %e, "task reconcile");
         }
-        ready(())
+        std::future::ready(())
     });
 
     let stop = shutdown.clone();
@@ -196,7 +243,7 @@ pub async fn run_controllers(
             if let Err(e) = r {
                 tracing::debug!(error = %e, "environment reconcile");
             }
-            ready(())
+            std::future::ready(())
         });
 
     info!(
@@ -204,6 +251,7 @@ pub async fn run_controllers(
         "operator controllers running"
     );
     futures::join!(task_ctl, env_ctl);
+    gate.abort();
     for h in background {
         h.abort();
     }

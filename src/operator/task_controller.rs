@@ -32,10 +32,7 @@ use crate::state::{Event, State, next};
 pub const COND_ENDED: &str = "ProcessEnded";
 
 pub async fn reconcile(task: Arc<Task>, ctx: Arc<Ctx>) -> Result<Action> {
-    let _ = ctx.pods.wait_until_ready().await;
-    let _ = ctx.services.wait_until_ready().await;
-    let _ = ctx.nodes.wait_until_ready().await;
-    let _ = ctx.templates.wait_until_ready().await;
+    ctx.listed().await;
     if task.metadata.deletion_timestamp.is_some() {
         return cleanup(&task, &ctx).await;
     }
