@@ -4,6 +4,7 @@
 //! Kubernetes edges: [`bridge`] (the daemon's), [`operator`] (the cluster side), [`dev`]
 //! (the local control plane).
 
+pub mod control;
 pub mod crd;
 pub mod dev;
 pub mod operator;

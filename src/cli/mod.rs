@@ -24,6 +24,8 @@ pub enum Command {
     Dev(envbridge::dev::DevCommand),
     /// The cluster side: Environment -> Tasks -> Pods (leader-elected controller).
     Operator(envbridge::operator::OperatorArgs),
+    /// Run a task SIMULATOR: a stand-in task process speaking the control protocol.
+    TaskSim(envbridge::control::sim::TaskSimArgs),
 }
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -34,5 +36,6 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Dev(cmd) => envbridge::dev::run(cmd),
         Command::Operator(args) => envbridge::operator::run_cli(args),
+        Command::TaskSim(args) => envbridge::control::sim::run(args),
     }
 }
