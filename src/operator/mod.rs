@@ -13,6 +13,7 @@ pub mod names;
 pub mod nodes;
 pub mod pod;
 pub mod pod_status;
+pub mod requests;
 pub mod runtime;
 pub mod service;
 pub mod task_controller;
@@ -36,6 +37,8 @@ pub enum Error {
     },
     #[error("leader election: {0}")]
     Lease(#[from] kube_lease_manager::LeaseManagerError),
+    #[error("kubernetes client configuration: {0}")]
+    Config(String),
     #[error("kubernetes client: {0}")]
     Client(#[source] kube::Error),
     #[error("leadership lost")]

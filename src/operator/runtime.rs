@@ -349,7 +349,12 @@ pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
         }
     };
     let result = rt.block_on(async move {
-        let client = Client::try_default().await.map_err(Error::Client)?;
+        let config = kube::Config::infer()
+            .await
+            .map_err(|e| Error::Config(e.to_string()))?;
+        let count = Arc::new(super::requests::RequestCount::default());
+        let client =
+            super::requests::counting_client(config, count.clone()).map_err(Error::Client)?;
         let shutdown = CancellationToken::new();
         let s = shutdown.clone();
         tokio::spawn(async move {
@@ -368,7 +373,15 @@ pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
                 });
             }
         }
-        run(client, args, shutdown).await
+        let result = run(client, args, shutdown).await;
+        // One fixed-format line (the benchmark reads it).
+        info!(
+            apiserver_requests = count.total(),
+            reads = count.get.load(std::sync::atomic::Ordering::Relaxed),
+            writes = count.write.load(std::sync::atomic::Ordering::Relaxed),
+            "operator stopped"
+        );
+        result
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

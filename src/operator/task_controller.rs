@@ -154,6 +154,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         .and_then(|s| s.node_name.clone())
         .or(st.node_name.take());
     if let Some(failure) = view.failure {
+        forget_endpoint(task);
         fail(st, task, failure);
         set_condition(
             &mut st.conditions,
@@ -313,6 +314,18 @@ async fn transition(
             fail(st, task, msg.clone());
             st.transition = Some(done(TransitionPhase::Failed, msg));
         }
+    }
+}
+
+/// Drops the control client's cached channel to a task whose process is gone.
+fn forget_endpoint(task: &Task) {
+    let ip = task
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .and_then(|ip| ip.parse::<IpAddr>().ok());
+    if let Some(ip) = ip {
+        control_api::forget(&SocketAddr::new(ip, task.spec.task.control_port));
     }
 }
 
@@ -555,5 +568,6 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
         Err(e) => return Err(Error::kube("remove finalizer from", "Task", &ns, &name, e)),
     }
     ctx.verified.remove(&task.uid().unwrap_or_default());
+    forget_endpoint(task);
     Ok(Action::await_change())
 }

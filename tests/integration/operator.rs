@@ -797,3 +797,179 @@ async fn destroy_all(fx: &Fixture) -> Res {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Task simulators for the pods of one namespace, as `envbridge dev sim-runner` runs them for
+/// the whole plane: one per Running pod on `<podIP>:$OCC_CONTROL_PORT`, fairmq when the pod
+/// says so, failures from the pod's `ENVBRIDGE_SIM_*` env. An address already served (by a
+/// sim-runner) is left to it.
+struct Sims {
+    stop: CancellationToken,
+    handle: JoinHandle<()>,
+}
+
+impl Sims {
+    fn start(fx: &Fixture) -> Sims {
+        use envbridge::control::sim::{SimConfig, SimMode, Simulator, bind, serve};
+        let stop = CancellationToken::new();
+        let pods: Api<Pod> = Api::namespaced(fx.admin.clone(), &fx.ns);
+        let token = stop.clone();
+        let handle = tokio::spawn(async move {
+            let mut served = std::collections::HashSet::new();
+            while !token.is_cancelled() {
+                let list = pods
+                    .list(&ListParams::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default();
+                for pod in list {
+                    let uid = pod.uid().unwrap_or_default();
+                    let running =
+                        pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                    let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
+                    let (Some(ip), true) = (ip, running) else {
+                        continue;
+                    };
+                    if served.contains(&uid) {
+                        continue;
+                    }
+                    let get = |k: &str| env_value(&pod, k).unwrap_or_default();
+                    let Ok(port) = get("OCC_CONTROL_PORT").parse::<u16>() else {
+                        continue;
+                    };
+                    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+                        continue;
+                    };
+                    let mode = if get("ENVBRIDGE_CONTROL_MODE") == "fairmq" {
+                        SimMode::Fairmq
+                    } else {
+                        SimMode::Direct
+                    };
+                    let list = |k: &str| -> Vec<String> {
+                        get(k).split(',').map(str::to_string).collect()
+                    };
+                    let Ok(config) = SimConfig::parse(
+                        mode,
+                        &list("ENVBRIDGE_SIM_DELAY"),
+                        &list("ENVBRIDGE_SIM_FAIL_ON"),
+                        &list("ENVBRIDGE_SIM_CRASH_ON"),
+                        &list("ENVBRIDGE_SIM_HANG_ON"),
+                        &list("ENVBRIDGE_SIM_STUCK_ON"),
+                    ) else {
+                        continue;
+                    };
+                    served.insert(uid);
+                    let Ok(listener) = bind(std::net::SocketAddr::new(ip, port), false).await
+                    else {
+                        continue;
+                    };
+                    let t = token.clone();
+                    tokio::spawn(async move {
+                        let _ = serve(listener, Simulator::new(config), async move {
+                            t.cancelled().await
+                        })
+                        .await;
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        Sims { stop, handle }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.handle.await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_and_fairmq_tasks_are_driven_over_the_control_protocol() -> Res {
+    let fx = fixture("drive").await?;
+    let sims = Sims::start(&fx);
+    let op = start(&fx, None).await?;
+    let mut tasks = Vec::new();
+    for host in ["flp001", "flp002"] {
+        tasks.push(task_ref("ed", host, "readout", 1, ControlMode::Direct));
+        let mut stfb = task_ref(
+            "ed",
+            host,
+            "stfbuilder-senderoutput",
+            2,
+            ControlMode::Fairmq,
+        );
+        stfb.channels
+            .insert("chans.out.0.transport".into(), "shmem".into());
+        tasks.push(stfb);
+    }
+    deploy(&fx, "ed", &tasks, 10).await?;
+    wait_env(&fx, "ed", "STANDBY 4/4", |e| {
+        state_is(State::Standby)(e)
+            && e.status.as_ref().and_then(|s| s.ready.as_deref()) == Some("4/4")
+    })
+    .await?;
+    for (id, event, target) in [
+        ("c1", Event::Configure, State::Configured),
+        ("s1", Event::Start, State::Running),
+        ("p1", Event::Stop, State::Configured),
+        ("r1", Event::Reset, State::Standby),
+    ] {
+        let t0 = Instant::now();
+        transition(&fx, "ed", id, event).await?;
+        let env = wait_env(&fx, "ed", &format!("{event} done"), |e| {
+            e.status
+                .as_ref()
+                .and_then(|s| s.transition.as_ref())
+                .is_some_and(|t| t.id == id && t.phase != TransitionPhase::Running)
+        })
+        .await?;
+        let st = env.status.unwrap();
+        assert_eq!(
+            st.transition.as_ref().unwrap().phase,
+            TransitionPhase::Succeeded,
+            "{:?}",
+            st.transition
+        );
+        println!(
+            "{event}: {:?} for 4 tasks (2 direct, 2 fairmq)",
+            t0.elapsed()
+        );
+        let env = wait_env(&fx, "ed", &format!("{target}"), state_is(target)).await?;
+        assert_eq!(env.status.unwrap().ready.as_deref(), Some("4/4"));
+    }
+
+    // A task whose process answers CONFIGURE with ok=false: its Task and the transition fail,
+    // naming it, and the environment turns ERROR.
+    let mut bad = task_ref("eb", "flp003", "readout", 1, ControlMode::Direct);
+    bad.env.push(EnvVar {
+        name: "ENVBRIDGE_SIM_FAIL_ON".into(),
+        value: "CONFIGURE".into(),
+    });
+    let good = task_ref("eb", "flp003", "readout", 2, ControlMode::Direct);
+    deploy(&fx, "eb", &[bad.clone(), good], 10).await?;
+    wait_env(&fx, "eb", "STANDBY", state_is(State::Standby)).await?;
+    let t0 = Instant::now();
+    transition(&fx, "eb", "c1", Event::Configure).await?;
+    let env = wait_env(&fx, "eb", "CONFIGURE failed", |e| {
+        e.status
+            .as_ref()
+            .and_then(|s| s.transition.as_ref())
+            .is_some_and(|t| t.phase == TransitionPhase::Failed)
+    })
+    .await?;
+    println!("failed CONFIGURE reported after {:?}", t0.elapsed());
+    let st = env.status.unwrap();
+    let msg = st.transition.unwrap().message;
+    assert!(msg.contains(&bad.name), "{msg}");
+    let env = wait_env(&fx, "eb", "ERROR", state_is(State::Error)).await?;
+    assert_eq!(env.status.unwrap().failing_tasks[0].name, bad.name);
+
+    for e in ["ed", "eb"] {
+        Api::<Environment>::namespaced(fx.admin.clone(), &fx.ns)
+            .delete(e, &DeleteParams::default())
+            .await?;
+    }
+    destroy_all(&fx).await?;
+    op.stop().await?;
+    sims.stop().await;
+    finish(fx).await
+}
