@@ -7,6 +7,7 @@
 pub mod control;
 pub mod crd;
 pub mod dev;
+pub mod operator;
 pub mod plan;
 pub mod state;
 pub mod install;

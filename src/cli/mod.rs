@@ -24,6 +24,8 @@ pub enum Command {
     /// The local control plane (etcd, kube-apiserver, kube-controller-manager, kwok).
     #[command(subcommand)]
     Dev(envbridge::dev::DevCommand),
+    /// The cluster side: Environment -> Tasks -> Pods (leader-elected controller).
+    Operator(envbridge::operator::OperatorArgs),
     /// Run a task SIMULATOR: a stand-in task process speaking the control protocol.
     TaskSim(envbridge::control::sim::TaskSimArgs),
     /// Render a workflow into the objects to apply (or `-o tasks`: the resolved task view).
@@ -34,6 +36,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Crd => render::write_stdout(&envbridge::crd::all_yaml()),
         Command::Dev(cmd) => envbridge::dev::run(cmd),
+        Command::Operator(args) => envbridge::operator::run_cli(args),
         Command::TaskSim(args) => envbridge::control::sim::run(args),
         Command::Render(args) => render::run(args),
     }

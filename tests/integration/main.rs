@@ -2,4 +2,5 @@
 //! control plane (started once by `support` if none is running).
 
 mod dev;
+mod operator;
 mod support;
