@@ -12,7 +12,7 @@ mod nodes;
 mod paths;
 mod pki;
 mod plane;
-mod process;
+pub mod process;
 pub mod stages;
 mod state;
 

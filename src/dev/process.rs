@@ -27,6 +27,17 @@ pub fn port_open(port: u16) -> bool {
 /// Start `binary args` detached in its own process group, stdout and stderr appended to
 /// `log`. Returns the pid (== pgid).
 pub fn spawn(binary: &Path, args: &[String], log: &Path, cwd: &Path) -> Result<u32> {
+    spawn_with_env(binary, args, log, cwd, &[])
+}
+
+/// [`spawn`] with extra environment variables for the child.
+pub fn spawn_with_env(
+    binary: &Path,
+    args: &[String],
+    log: &Path,
+    cwd: &Path,
+    env: &[(&str, &str)],
+) -> Result<u32> {
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -36,6 +47,7 @@ pub fn spawn(binary: &Path, args: &[String], log: &Path, cwd: &Path) -> Result<u
     let child = Command::new(binary)
         .args(args)
         .current_dir(cwd)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
