@@ -3,6 +3,8 @@
 
 use std::process::ExitCode;
 
+pub mod sim_runner;
+
 #[derive(clap::Subcommand, Debug)]
 pub enum DevCommand {
     /// Start (or reuse) the local control plane.
@@ -19,9 +21,16 @@ pub enum DevCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run one task simulator per simulated (kwok) pod, on the pod's IP and control port.
+    SimRunner(sim_runner::SimRunnerArgs),
 }
 
-pub fn run(_cmd: DevCommand) -> ExitCode {
-    eprintln!("error: not implemented yet");
-    ExitCode::from(2)
+pub fn run(cmd: DevCommand) -> ExitCode {
+    match cmd {
+        DevCommand::SimRunner(args) => sim_runner::run(args),
+        _ => {
+            eprintln!("error: not implemented yet");
+            ExitCode::from(2)
+        }
+    }
 }
