@@ -7,5 +7,8 @@
 pub mod control;
 pub mod crd;
 pub mod dev;
+pub mod operator;
 pub mod plan;
 pub mod state;
+pub mod install;
+pub mod workflow;

@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod render;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "envbridge",
@@ -22,17 +24,20 @@ pub enum Command {
     /// The local control plane (etcd, kube-apiserver, kube-controller-manager, kwok).
     #[command(subcommand)]
     Dev(envbridge::dev::DevCommand),
+    /// The cluster side: Environment -> Tasks -> Pods (leader-elected controller).
+    Operator(envbridge::operator::OperatorArgs),
     /// Run a task SIMULATOR: a stand-in task process speaking the control protocol.
     TaskSim(envbridge::control::sim::TaskSimArgs),
+    /// Render a workflow into the objects to apply (or `-o tasks`: the resolved task view).
+    Render(render::RenderArgs),
 }
 
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Crd => {
-            print!("{}", envbridge::crd::all_yaml());
-            ExitCode::SUCCESS
-        }
+        Command::Crd => render::write_stdout(&envbridge::crd::all_yaml()),
         Command::Dev(cmd) => envbridge::dev::run(cmd),
+        Command::Operator(args) => envbridge::operator::run_cli(args),
         Command::TaskSim(args) => envbridge::control::sim::run(args),
+        Command::Render(args) => render::run(args),
     }
 }
