@@ -60,6 +60,10 @@ pub struct TaskSimArgs {
     /// Log every received argument (debug level).
     #[arg(long, short)]
     pub verbose: bool,
+    /// Exit once this process is no longer the parent (set by the sim runner, so that no
+    /// simulator outlives it even when it is killed).
+    #[arg(long, hide = true)]
+    pub parent_pid: Option<u32>,
 }
 
 fn default_listen() -> Result<SocketAddr, String> {
@@ -157,8 +161,25 @@ pub fn run(args: TaskSimArgs) -> ExitCode {
                 info!("task simulator on {local} stopping on signal");
                 ExitCode::SUCCESS
             }
+            _ = parent_gone(args.parent_pid) => {
+                info!("task simulator on {local} stopping: its parent is gone");
+                ExitCode::SUCCESS
+            }
         }
     })
+}
+
+async fn parent_gone(parent: Option<u32>) {
+    let Some(parent) = parent else {
+        return std::future::pending().await;
+    };
+    loop {
+        #[cfg(unix)]
+        if std::os::unix::process::parent_id() != parent {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
 }
 
 async fn shutdown_signal() {
