@@ -8,3 +8,5 @@ pub mod crd;
 pub mod dev;
 pub mod plan;
 pub mod state;
+
+pub mod roster;

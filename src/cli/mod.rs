@@ -5,7 +5,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "envbridge", version, about = "Run-control environments on Kubernetes")]
+#[command(
+    name = "envbridge",
+    version,
+    about = "Run-control environments on Kubernetes"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

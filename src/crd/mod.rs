@@ -8,7 +8,9 @@ mod task_set;
 mod task_template;
 mod transition;
 
-pub use environment::{Environment, EnvironmentSpec, EnvironmentStatus, FailingTask, HookRef, TaskSetRef};
+pub use environment::{
+    Environment, EnvironmentSpec, EnvironmentStatus, FailingTask, HookRef, TaskSetRef,
+};
 pub use task::{Task, TaskSpec, TaskStatus};
 pub use task_set::{TaskSet, TaskSetSpec};
 pub use task_template::{TaskTemplate, TaskTemplateSpec};
@@ -36,7 +38,12 @@ pub mod labels {
 
 /// All CRDs as one YAML stream, in a stable order (what `envbridge crd` prints).
 pub fn all_yaml() -> String {
-    let crds = [Environment::crd(), TaskSet::crd(), Task::crd(), TaskTemplate::crd()];
+    let crds = [
+        Environment::crd(),
+        TaskSet::crd(),
+        Task::crd(),
+        TaskTemplate::crd(),
+    ];
     let mut out = String::new();
     for crd in crds {
         out.push_str("---\n");
