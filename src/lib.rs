@@ -9,4 +9,6 @@ pub mod dev;
 pub mod plan;
 pub mod state;
 
+pub mod bridge;
 pub mod roster;
+pub mod server;

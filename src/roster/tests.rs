@@ -391,3 +391,33 @@ fn memory_per_task_stays_under_two_kilobytes() {
     assert_eq!(r.sizes().tasks, tasks);
     assert!(per_task <= 2048, "{per_task} bytes per task");
 }
+
+#[test]
+fn deploy_wait_needs_every_task_in_state() {
+    let r = Roster::new();
+    r.apply_env(env(2));
+    r.apply_task(task(&r, "t1", "flp001", State::Standby));
+    assert!(
+        r.evaluate_state(&env_key(), State::Standby).is_err(),
+        "one task missing"
+    );
+    r.apply_task(task(&r, "t2", "flp001", State::Deploying));
+    assert_eq!(
+        r.evaluate_state(&env_key(), State::Standby)
+            .unwrap_err()
+            .done,
+        1
+    );
+    let mut bad = task(&r, "t2", "flp001", State::Error);
+    bad.message = Some("ErrImagePull".into());
+    r.apply_task(bad);
+    match r.evaluate_state(&env_key(), State::Standby) {
+        Ok(Outcome::Failed { failures, .. }) => assert_eq!(failures[0].message, "ErrImagePull"),
+        other => panic!("{other:?}"),
+    }
+    r.apply_task(task(&r, "t2", "flp001", State::Standby));
+    assert!(matches!(
+        r.evaluate_state(&env_key(), State::Standby),
+        Ok(Outcome::Reached { tasks: 2, .. })
+    ));
+}

@@ -160,6 +160,91 @@ impl Roster {
         Err(progress)
     }
 
+    /// Like [`Roster::evaluate`] without a transition id: every task in `target` (a fresh
+    /// environment reaching STANDBY). Any critical task in ERROR fails it.
+    pub fn evaluate_state(&self, env: &EnvKey, target: State) -> Result<Outcome, Progress> {
+        let Some(rec) = self.env(env) else {
+            return Err(Progress::default());
+        };
+        let mut progress = Progress {
+            expected: rec.tasks as usize,
+            ..Progress::default()
+        };
+        let (mut failures, mut warnings) = (Vec::new(), Vec::new());
+        self.with_tasks(env, |tasks| {
+            for t in tasks {
+                progress.seen += 1;
+                *progress.counts.entry(t.state).or_insert(0) += 1;
+                if t.state == State::Error && target != State::Error {
+                    let f = Failure {
+                        task: t.name.to_string(),
+                        node: t.node.to_string(),
+                        path: t.path.to_string(),
+                        critical: t.critical,
+                        message: t
+                            .message
+                            .as_deref()
+                            .unwrap_or("failed without a message")
+                            .to_string(),
+                    };
+                    if t.critical {
+                        failures.push(f);
+                    } else {
+                        progress.done += 1;
+                        warnings.push(f);
+                    }
+                } else if t.state == target {
+                    progress.done += 1;
+                }
+            }
+        });
+        failures.sort_by(|a, b| a.task.cmp(&b.task));
+        warnings.sort_by(|a, b| a.task.cmp(&b.task));
+        if !failures.is_empty() {
+            let names: Vec<_> = failures.iter().map(|f| f.task.as_str()).collect();
+            let message = format!(
+                "{} critical task(s) failed: {}",
+                failures.len(),
+                names.join(", ")
+            );
+            return Ok(Outcome::Failed {
+                message,
+                failures,
+                warnings,
+            });
+        }
+        if progress.seen >= progress.expected && progress.done == progress.seen {
+            return Ok(Outcome::Reached {
+                tasks: progress.seen,
+                warnings,
+            });
+        }
+        Err(progress)
+    }
+
+    /// Waits until every task of `env` is in `target` (see [`Roster::evaluate_state`]).
+    pub async fn wait_state(
+        &self,
+        env: &EnvKey,
+        target: State,
+        deadline: Instant,
+    ) -> Result<Outcome, Progress> {
+        let mut version = self.version();
+        loop {
+            version.borrow_and_update();
+            let pending = match self.evaluate_state(env, target) {
+                Ok(outcome) => return Ok(outcome),
+                Err(p) => p,
+            };
+            tokio::select! {
+                changed = version.changed() => {
+                    if changed.is_err() { return Err(pending) }
+                }
+                _ = tokio::time::sleep_until(deadline) => return Err(pending),
+            }
+        }
+    }
+
     /// Waits until transition `id` finishes on `env` or `deadline` passes (then its progress).
     pub async fn wait_transition(
         &self,
