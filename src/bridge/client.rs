@@ -1,20 +1,19 @@
 //! The daemon's apiserver client: kube's default stack (which retries 429 with the server's
 //! Retry-After, and 503/504, with backoff) plus a layer that counts requests for metrics.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use kube::client::ClientBuilder;
+use prometheus_client::metrics::counter::Counter;
 
 /// Counts every request sent through it.
 #[derive(Clone)]
-pub struct CountLayer(pub Arc<AtomicU64>);
+pub struct CountLayer(pub Counter);
 
 #[derive(Clone)]
 pub struct Count<S> {
     inner: S,
-    n: Arc<AtomicU64>,
+    n: Counter,
 }
 
 impl<S> tower::Layer<S> for CountLayer {
@@ -38,7 +37,7 @@ where
         self.inner.poll_ready(cx)
     }
     fn call(&mut self, req: R) -> Self::Future {
-        self.n.fetch_add(1, Ordering::Relaxed);
+        self.n.inc();
         self.inner.call(req)
     }
 }
@@ -46,7 +45,7 @@ where
 /// A client from `config` whose requests are counted in `counter`.
 pub fn counted(
     mut config: kube::Config,
-    counter: Arc<AtomicU64>,
+    counter: Counter,
 ) -> Result<kube::Client, kube::Error> {
     // Throttling is honoured (Retry-After), never turned into a failure.
     config.default_retry = true;

@@ -21,6 +21,8 @@ pub enum NamespaceMode {
 #[derive(Clone, Debug)]
 pub struct BridgeConfig {
     pub namespaces: NamespaceMode,
+    /// Watch only this namespace (None: all; required with per-environment namespaces).
+    pub watch_namespace: Option<String>,
     /// Field manager for server-side apply.
     pub field_manager: String,
     /// Namespace found Terminating: how long to wait for it to be gone (404).
@@ -51,6 +53,7 @@ impl Default for BridgeConfig {
             namespaces: NamespaceMode::Fixed {
                 namespace: "envbridge".into(),
             },
+            watch_namespace: None,
             field_manager: "envbridge-daemon".into(),
             namespace_gone_timeout: Duration::from_secs(180),
             namespace_active_timeout: Duration::from_secs(30),

@@ -1,7 +1,6 @@
 //! Prometheus metrics of the daemon (served on /metrics).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -28,7 +27,7 @@ pub struct Metrics {
     /// 1 while this replica holds the leader lease.
     pub leader: Gauge,
     /// Requests this daemon sent to the apiserver.
-    pub apiserver_requests: Counter<u64, AtomicU64>,
+    pub apiserver_requests: Counter,
 }
 
 impl Default for Metrics {

@@ -13,6 +13,7 @@ pub mod leader;
 pub mod metrics;
 pub mod namespace;
 pub mod objects;
+pub mod render;
 pub mod transition;
 pub mod validate;
 pub mod watch;

@@ -4,6 +4,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod daemon;
+mod env;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "envbridge",
@@ -22,6 +25,10 @@ pub enum Command {
     /// The local control plane (etcd, kube-apiserver, kube-controller-manager, kwok).
     #[command(subcommand)]
     Dev(envbridge::dev::DevCommand),
+    /// Client of the daemon: create, list, get, transition, destroy, kill-task, events.
+    Env(env::EnvArgs),
+    /// Run the bridge daemon (gRPC API, watches, roster).
+    Daemon(Box<daemon::DaemonArgs>),
 }
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -31,5 +38,7 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Dev(cmd) => envbridge::dev::run(cmd),
+        Command::Env(args) => env::run(args),
+        Command::Daemon(args) => daemon::run(*args),
     }
 }
