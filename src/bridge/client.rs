@@ -43,10 +43,7 @@ where
 }
 
 /// A client from `config` whose requests are counted in `counter`.
-pub fn counted(
-    mut config: kube::Config,
-    counter: Counter,
-) -> Result<kube::Client, kube::Error> {
+pub fn counted(mut config: kube::Config, counter: Counter) -> Result<kube::Client, kube::Error> {
     // Throttling is honoured (Retry-After), never turned into a failure.
     config.default_retry = true;
     let builder = ClientBuilder::try_from(config)?;

@@ -102,6 +102,7 @@ impl Bridge {
     pub async fn run_watches(self: &Arc<Self>, stop: tokio_util::sync::CancellationToken) {
         watch::run(
             self.client.clone(),
+            self.cfg.watch_namespace.as_deref(),
             self.roster.clone(),
             self.metrics.clone(),
             self.synced.clone(),

@@ -96,19 +96,27 @@ pub fn selector() -> String {
 /// Runs both watches until `stop` is cancelled.
 pub async fn run(
     client: kube::Client,
+    namespace: Option<&str>,
     roster: Arc<Roster>,
     metrics: Metrics,
     synced: Arc<Synced>,
     stop: CancellationToken,
 ) {
+    let (env_api, task_api) = match namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client, ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client)),
+    };
     let envs = feed::<Environment>(
-        Api::all(client.clone()),
+        env_api,
         roster.clone(),
         metrics.clone(),
         synced.clone(),
         stop.clone(),
     );
-    let tasks = feed::<Task>(Api::all(client), roster, metrics, synced, stop);
+    let tasks = feed::<Task>(task_api, roster, metrics, synced, stop);
     tokio::join!(envs, tasks);
 }
 

@@ -65,7 +65,11 @@ pub struct DaemonArgs {
     #[arg(long, env = "ENVBRIDGE_NAMESPACE_ACTIVE_TIMEOUT")]
     pub namespace_active_timeout: Option<u64>,
     /// Per-event transition timeout, EVENT=SECONDS (repeatable).
-    #[arg(long = "transition-timeout", env = "ENVBRIDGE_TRANSITION_TIMEOUTS", value_delimiter = ',')]
+    #[arg(
+        long = "transition-timeout",
+        env = "ENVBRIDGE_TRANSITION_TIMEOUTS",
+        value_delimiter = ','
+    )]
     pub transition_timeouts: Vec<String>,
     /// Seconds, for events without their own timeout.
     #[arg(long, env = "ENVBRIDGE_DEFAULT_TRANSITION_TIMEOUT")]
@@ -150,7 +154,9 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     let prefix = a.namespace_prefix.or(f.namespace_prefix);
     let fixed = a.namespace.or(f.namespace);
     b.namespaces = match (fixed, prefix) {
-        (Some(_), Some(_)) => return Err("namespace and namespace-prefix exclude each other".into()),
+        (Some(_), Some(_)) => {
+            return Err("namespace and namespace-prefix exclude each other".into());
+        }
         (Some(namespace), None) => NamespaceMode::Fixed { namespace },
         (None, Some(prefix)) => NamespaceMode::PerEnvironment { prefix },
         (None, None) => b.namespaces,
@@ -165,7 +171,11 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     if let Some(d) = a.workflows_dir.or(f.workflows_dir) {
         b.workflows_dir = d;
     }
-    b.defaults_files = if a.defaults.is_empty() { f.defaults } else { a.defaults };
+    b.defaults_files = if a.defaults.is_empty() {
+        f.defaults
+    } else {
+        a.defaults
+    };
     let secs = Duration::from_secs;
     if let Some(s) = a.deploy_timeout.or(f.deploy_timeout) {
         b.deploy_timeout = secs(s);
@@ -182,13 +192,20 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     if let Some(s) = a.namespace_active_timeout.or(f.namespace_active_timeout) {
         b.namespace_active_timeout = secs(s);
     }
-    if let Some(s) = a.default_transition_timeout.or(f.default_transition_timeout) {
+    if let Some(s) = a
+        .default_transition_timeout
+        .or(f.default_transition_timeout)
+    {
         b.default_transition_timeout = secs(s);
     }
     let mut per_event: Vec<(String, u64)> = f.transition_timeouts.into_iter().collect();
     for kv in &a.transition_timeouts {
-        let (k, v) = kv.split_once('=').ok_or_else(|| format!("transition-timeout {kv:?}: expected EVENT=SECONDS"))?;
-        let v = v.parse().map_err(|_| format!("transition-timeout {kv:?}: seconds must be a number"))?;
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("transition-timeout {kv:?}: expected EVENT=SECONDS"))?;
+        let v = v
+            .parse()
+            .map_err(|_| format!("transition-timeout {kv:?}: seconds must be a number"))?;
         per_event.push((k.to_string(), v));
     }
     for (k, v) in per_event {
@@ -205,9 +222,12 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     }
     s.token = match (a.token, a.token_file.or(f.token_file)) {
         (Some(t), _) => Some(t),
-        (None, Some(p)) => {
-            Some(std::fs::read_to_string(&p).map_err(|e| format!("token file {}: {e}", p.display()))?.trim().to_string())
-        }
+        (None, Some(p)) => Some(
+            std::fs::read_to_string(&p)
+                .map_err(|e| format!("token file {}: {e}", p.display()))?
+                .trim()
+                .to_string(),
+        ),
         (None, None) => None,
     };
     s.tls_cert = a.tls_cert.or(f.tls_cert);
@@ -221,8 +241,14 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
             .or(f.lease_namespace)
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| "default".into()),
-        name: a.lease_name.or(f.lease_name).unwrap_or_else(|| "envbridge-daemon".into()),
-        identity: a.identity.or_else(|| std::env::var("POD_NAME").ok()).unwrap_or_else(default_identity),
+        name: a
+            .lease_name
+            .or(f.lease_name)
+            .unwrap_or_else(|| "envbridge-daemon".into()),
+        identity: a
+            .identity
+            .or_else(|| std::env::var("POD_NAME").ok())
+            .unwrap_or_else(default_identity),
         duration: 15,
         grace: 5,
     });
@@ -230,18 +256,28 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
         l.check()?;
     }
     let log_format = a.log_format.or(f.log_format).unwrap_or(LogFormat::Text);
-    Ok(Settings { bridge: b, server: s, lease, log_format })
+    Ok(Settings {
+        bridge: b,
+        server: s,
+        lease,
+        log_format,
+    })
 }
 
 fn default_identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
     format!("{host}-{}", std::process::id())
 }
 
 pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,tower=warn,h2=warn,hyper=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,kube=warn,tower=warn,h2=warn,hyper=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
@@ -274,21 +310,32 @@ pub fn run(args: DaemonArgs) -> ExitCode {
 }
 
 async fn serve(s: Settings) -> Result<(), String> {
-    let config = kube::Config::infer().await.map_err(|e| format!("kubernetes client config: {e}"))?;
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| format!("kubernetes client config: {e}"))?;
     let metrics = Metrics::new();
-    let client = envbridge::bridge::client::counted(config, metrics.apiserver_requests.clone()).map_err(|e| format!("kubernetes client: {e}"))?;
+    let client = envbridge::bridge::client::counted(config, metrics.apiserver_requests.clone())
+        .map_err(|e| format!("kubernetes client: {e}"))?;
     let renderer = envbridge::bridge::render::renderer(&s.bridge);
     let bridge = Bridge::new(client.clone(), s.bridge, metrics.clone(), renderer);
     let stop = CancellationToken::new();
     if let Some(lease) = s.lease {
-        tokio::spawn(leader::run(client, lease, bridge.leader_flag(), metrics, stop.clone()));
+        tokio::spawn(leader::run(
+            client,
+            lease,
+            bridge.leader_flag(),
+            metrics,
+            stop.clone(),
+        ));
     }
     let watches = {
         let b = bridge.clone();
         let stop = stop.clone();
         tokio::spawn(async move { b.run_watches(stop).await })
     };
-    let (_bound, server) = server::serve(bridge.clone(), s.server, stop.clone()).await.map_err(|e| e.to_string())?;
+    let (_bound, server) = server::serve(bridge.clone(), s.server, stop.clone())
+        .await
+        .map_err(|e| e.to_string())?;
     shutdown_signal().await;
     tracing::info!("shutting down");
     stop.cancel();

@@ -15,7 +15,12 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 #[derive(clap::Args, Debug)]
 pub struct EnvArgs {
     /// Daemon address.
-    #[arg(long, global = true, env = "ENVBRIDGE_ADDR", default_value = "http://127.0.0.1:50061")]
+    #[arg(
+        long,
+        global = true,
+        env = "ENVBRIDGE_ADDR",
+        default_value = "http://127.0.0.1:50061"
+    )]
     pub addr: String,
     /// Bearer token for the daemon.
     #[arg(long, global = true, env = "ENVBRIDGE_TOKEN", hide_env_values = true)]
@@ -123,7 +128,8 @@ impl Interceptor for Auth {
 type Client = EnvBridgeClient<tonic::service::interceptor::InterceptedService<Channel, Auth>>;
 
 async fn connect(a: &EnvArgs) -> Result<Client, String> {
-    let mut ep = Channel::from_shared(a.addr.clone()).map_err(|e| format!("address {}: {e}", a.addr))?;
+    let mut ep =
+        Channel::from_shared(a.addr.clone()).map_err(|e| format!("address {}: {e}", a.addr))?;
     if a.addr.starts_with("https://") {
         let mut tls = ClientTlsConfig::new();
         if let Some(ca) = &a.ca_cert {
@@ -132,9 +138,16 @@ async fn connect(a: &EnvArgs) -> Result<Client, String> {
         }
         ep = ep.tls_config(tls).map_err(|e| format!("TLS: {e}"))?;
     }
-    let ch = ep.connect().await.map_err(|e| format!("cannot reach the daemon at {}: {e}", a.addr))?;
+    let ch = ep
+        .connect()
+        .await
+        .map_err(|e| format!("cannot reach the daemon at {}: {e}", a.addr))?;
     let token = match &a.token {
-        Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| "the token is not valid ASCII".to_string())?),
+        Some(t) => Some(
+            format!("Bearer {t}")
+                .parse()
+                .map_err(|_| "the token is not valid ASCII".to_string())?,
+        ),
         None => None,
     };
     Ok(EnvBridgeClient::with_interceptor(ch, Auth(token)))
@@ -157,7 +170,11 @@ fn code_name(c: tonic::Code) -> &'static str {
 }
 
 pub fn run(args: EnvArgs) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: {e}");
@@ -177,7 +194,14 @@ async fn dispatch(a: EnvArgs) -> Result<ExitCode, String> {
     let mut c = connect(&a).await?;
     let json = a.output == Output::Json;
     match a.command {
-        EnvCommand::Create { workflow, set, id, idempotency_key, no_wait, timeout } => {
+        EnvCommand::Create {
+            workflow,
+            set,
+            id,
+            idempotency_key,
+            no_wait,
+            timeout,
+        } => {
             let req = pb::CreateEnvironmentRequest {
                 workflow,
                 variables: set.into_iter().collect(),
@@ -186,22 +210,40 @@ async fn dispatch(a: EnvArgs) -> Result<ExitCode, String> {
                 wait: !no_wait,
                 timeout_seconds: timeout,
             };
-            let r = c.create_environment(req).await.map_err(status_msg)?.into_inner();
+            let r = c
+                .create_environment(req)
+                .await
+                .map_err(status_msg)?
+                .into_inner();
             let failed = !no_wait && r.outcome != "reached";
             if json {
-                println!("{}", serde_json::to_string_pretty(&create_json(&r)).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&create_json(&r)).unwrap_or_default()
+                );
             } else {
                 let verb = if r.created { "created" } else { "exists" };
-                println!("{} {verb}: {} tasks on {} nodes (namespace {})", r.id, r.tasks, r.nodes, r.namespace);
+                println!(
+                    "{} {verb}: {} tasks on {} nodes (namespace {})",
+                    r.id, r.tasks, r.nodes, r.namespace
+                );
                 if !no_wait {
                     println!("{}: {}", r.outcome, r.message);
                 }
                 print_failures(&r.failures, &r.warnings);
             }
-            Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         EnvCommand::List => {
-            let r = c.list_environments(pb::ListEnvironmentsRequest {}).await.map_err(status_msg)?.into_inner();
+            let r = c
+                .list_environments(pb::ListEnvironmentsRequest {})
+                .await
+                .map_err(status_msg)?
+                .into_inner();
             if json {
                 let v: Vec<_> = r.environments.iter().map(env_json).collect();
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -233,11 +275,21 @@ async fn dispatch(a: EnvArgs) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         EnvCommand::Get { id } => {
-            let e = c.get_environment(pb::GetEnvironmentRequest { id }).await.map_err(status_msg)?.into_inner();
+            let e = c
+                .get_environment(pb::GetEnvironmentRequest { id })
+                .await
+                .map_err(status_msg)?
+                .into_inner();
             if json {
-                println!("{}", serde_json::to_string_pretty(&env_json(&e)).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&env_json(&e)).unwrap_or_default()
+                );
             } else {
-                println!("environment {} ({}/{}) workflow {}", e.id, e.namespace, e.name, e.workflow);
+                println!(
+                    "environment {} ({}/{}) workflow {}",
+                    e.id, e.namespace, e.name, e.workflow
+                );
                 println!(
                     "desired {}  state {}  tasks {}/{}  {}",
                     e.desired_state,
@@ -247,10 +299,18 @@ async fn dispatch(a: EnvArgs) -> Result<ExitCode, String> {
                     counts(&e.counts)
                 );
                 if let Some(o) = &e.observed {
-                    println!("last transition {} {} {} {}", o.event, o.id, o.phase, o.message);
+                    println!(
+                        "last transition {} {} {} {}",
+                        o.event, o.id, o.phase, o.message
+                    );
                 }
-                let mut rows =
-                    vec![["TASK", "NODE", "CLASS", "STATE", "PHASE", "POD-IP", "CRIT", "MESSAGE"].map(String::from).to_vec()];
+                let mut rows = vec![
+                    [
+                        "TASK", "NODE", "CLASS", "STATE", "PHASE", "POD-IP", "CRIT", "MESSAGE",
+                    ]
+                    .map(String::from)
+                    .to_vec(),
+                ];
                 for t in &e.tasks {
                     rows.push(vec![
                         t.name.clone(),
@@ -259,7 +319,11 @@ async fn dispatch(a: EnvArgs) -> Result<ExitCode, String> {
                         t.state.clone(),
                         or_dash(&t.pod_phase),
                         or_dash(&t.pod_ip),
-                        if t.critical { "yes".into() } else { "no".into() },
+                        if t.critical {
+                            "yes".into()
+                        } else {
+                            "no".into()
+                        },
                         t.message.clone(),
                     ]);
                 }
@@ -267,7 +331,16 @@ async fn dispatch(a: EnvArgs) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        EnvCommand::Transition { id, event, args, run_number, run_type, no_wait, timeout, await_id } => {
+        EnvCommand::Transition {
+            id,
+            event,
+            args,
+            run_number,
+            run_type,
+            no_wait,
+            timeout,
+            await_id,
+        } => {
             let mut arguments: BTreeMap<String, String> = args.into_iter().collect();
             if let Some(n) = run_number {
                 arguments.insert("run_number".into(), n.to_string());
@@ -286,7 +359,8 @@ async fn dispatch(a: EnvArgs) -> Result<ExitCode, String> {
                 timeout_seconds: timeout,
                 transition_id: await_id.unwrap_or_default(),
             };
-            let progress = (!no_wait && !json).then(|| tokio::spawn(progress(a.addr.clone(), c.clone(), id.clone(), event)));
+            let progress = (!no_wait && !json)
+                .then(|| tokio::spawn(progress(a.addr.clone(), c.clone(), id.clone(), event)));
             let res = c.transition(req).await;
             if let Some(p) = progress {
                 p.abort();
@@ -296,7 +370,10 @@ async fn dispatch(a: EnvArgs) -> Result<ExitCode, String> {
             }
             let r = res.map_err(status_msg)?.into_inner();
             if json {
-                println!("{}", serde_json::to_string_pretty(&transition_json(&r)).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&transition_json(&r)).unwrap_or_default()
+                );
             } else {
                 println!(
                     "{} {} ({}): {} in {:.2}s{}",
@@ -305,25 +382,56 @@ async fn dispatch(a: EnvArgs) -> Result<ExitCode, String> {
                     r.transition_id,
                     r.outcome,
                     r.elapsed_ms as f64 / 1000.0,
-                    if r.message.is_empty() { String::new() } else { format!(" - {}", r.message) }
+                    if r.message.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" - {}", r.message)
+                    }
                 );
                 print_failures(&r.failures, &r.warnings);
             }
-            Ok(if r.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if r.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
-        EnvCommand::Destroy { id, no_wait, timeout } => {
-            let req = pb::DestroyEnvironmentRequest { id, wait: !no_wait, timeout_seconds: timeout };
-            let r = c.destroy_environment(req).await.map_err(status_msg)?.into_inner();
+        EnvCommand::Destroy {
+            id,
+            no_wait,
+            timeout,
+        } => {
+            let req = pb::DestroyEnvironmentRequest {
+                id,
+                wait: !no_wait,
+                timeout_seconds: timeout,
+            };
+            let r = c
+                .destroy_environment(req)
+                .await
+                .map_err(status_msg)?
+                .into_inner();
             if json {
-                println!("{}", serde_json::json!({"gone": r.gone, "message": r.message}));
+                println!(
+                    "{}",
+                    serde_json::json!({"gone": r.gone, "message": r.message})
+                );
             } else {
                 println!("{}", r.message);
             }
-            Ok(if no_wait || r.gone { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if no_wait || r.gone {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         EnvCommand::KillTask { id, task } => {
             let r = c
-                .kill_task(pb::KillTaskRequest { id, task: task.clone(), timeout_seconds: 0 })
+                .kill_task(pb::KillTaskRequest {
+                    id,
+                    task: task.clone(),
+                    timeout_seconds: 0,
+                })
                 .await
                 .map_err(status_msg)?
                 .into_inner();
@@ -334,15 +442,25 @@ async fn dispatch(a: EnvArgs) -> Result<ExitCode, String> {
             } else {
                 println!("task {task}: deletion requested, still present");
             }
-            Ok(if r.gone { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if r.gone {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         EnvCommand::Events { id, snapshot } => {
-            let req = pb::WatchEventsRequest { id: id.unwrap_or_default(), snapshot };
+            let req = pb::WatchEventsRequest {
+                id: id.unwrap_or_default(),
+                snapshot,
+            };
             let mut s = c.watch_events(req).await.map_err(status_msg)?.into_inner();
             while let Some(ev) = s.next().await {
                 let ev = ev.map_err(status_msg)?;
                 if json {
-                    println!("{}", serde_json::to_string(&event_json(&ev)).unwrap_or_default());
+                    println!(
+                        "{}",
+                        serde_json::to_string(&event_json(&ev)).unwrap_or_default()
+                    );
                 } else {
                     println!("{}", event_line(&ev));
                 }
@@ -356,8 +474,19 @@ async fn dispatch(a: EnvArgs) -> Result<ExitCode, String> {
 async fn progress(_addr: String, mut c: Client, id: String, event: Option<String>) {
     let started = Instant::now();
     let tty = std::io::stderr().is_terminal();
-    let target = event.as_deref().and_then(|e| e.parse::<envbridge::state::Event>().ok()).map(|e| e.target().to_string());
-    let Ok(stream) = c.watch_events(pb::WatchEventsRequest { id: id.clone(), snapshot: true }).await else { return };
+    let target = event
+        .as_deref()
+        .and_then(|e| e.parse::<envbridge::state::Event>().ok())
+        .map(|e| e.target().to_string());
+    let Ok(stream) = c
+        .watch_events(pb::WatchEventsRequest {
+            id: id.clone(),
+            snapshot: true,
+        })
+        .await
+    else {
+        return;
+    };
     let mut stream = stream.into_inner();
     let mut states: BTreeMap<String, String> = BTreeMap::new();
     let mut last_print = Instant::now() - Duration::from_secs(10);
@@ -375,7 +504,11 @@ async fn progress(_addr: String, mut c: Client, id: String, event: Option<String
             Ok(Some(Err(_))) | Ok(None) => return,
             Err(_) => {}
         }
-        let interval = if tty { Duration::from_millis(100) } else { Duration::from_secs(2) };
+        let interval = if tty {
+            Duration::from_millis(100)
+        } else {
+            Duration::from_secs(2)
+        };
         if last_print.elapsed() < interval {
             continue;
         }
@@ -384,12 +517,19 @@ async fn progress(_addr: String, mut c: Client, id: String, event: Option<String
         for s in states.values() {
             *by.entry(s.as_str()).or_insert(0) += 1;
         }
-        let done = target.as_deref().and_then(|t| by.get(t)).copied().unwrap_or(0);
+        let done = target
+            .as_deref()
+            .and_then(|t| by.get(t))
+            .copied()
+            .unwrap_or(0);
         let line = format!(
             "{label}: {done}/{} {}  [{}]  {:.1}s",
             states.len(),
             target.as_deref().unwrap_or(""),
-            by.iter().map(|(s, n)| format!("{s} {n}")).collect::<Vec<_>>().join(", "),
+            by.iter()
+                .map(|(s, n)| format!("{s} {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             started.elapsed().as_secs_f64()
         );
         if tty {
@@ -401,30 +541,55 @@ async fn progress(_addr: String, mut c: Client, id: String, event: Option<String
 }
 
 fn or_dash(s: &str) -> String {
-    if s.is_empty() { "-".into() } else { s.to_string() }
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.to_string()
+    }
 }
 
 fn counts(c: &std::collections::HashMap<String, u32>) -> String {
     let sorted: BTreeMap<_, _> = c.iter().collect();
-    sorted.iter().map(|(s, n)| format!("{s}:{n}")).collect::<Vec<_>>().join(" ")
+    sorted
+        .iter()
+        .map(|(s, n)| format!("{s}:{n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn print_table(rows: &[Vec<String>]) {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> =
-        (0..cols).map(|i| rows.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..cols)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
     for r in rows {
-        let line: Vec<String> = r.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
         println!("{}", line.join("  ").trim_end());
     }
 }
 
 fn print_failures(failures: &[pb::Failure], warnings: &[pb::Failure]) {
     for f in failures {
-        println!("  FAILED {} on {} ({}): {}", f.task, f.node, f.path, f.message);
+        println!(
+            "  FAILED {} on {} ({}): {}",
+            f.task, f.node, f.path, f.message
+        );
     }
     for f in warnings {
-        println!("  warning (non-critical) {} on {} ({}): {}", f.task, f.node, f.path, f.message);
+        println!(
+            "  warning (non-critical) {} on {} ({}): {}",
+            f.task, f.node, f.path, f.message
+        );
     }
 }
 
@@ -484,11 +649,28 @@ fn event_line(ev: &pb::RosterEvent) -> String {
     match (&ev.task, &ev.environment) {
         (Some(t), _) => format!(
             "{:<13} {}/{} task {} {} {} {}",
-            ev.kind, ev.namespace, ev.env_name, t.name, t.state, or_dash(&t.pod_phase), t.message
+            ev.kind,
+            ev.namespace,
+            ev.env_name,
+            t.name,
+            t.state,
+            or_dash(&t.pod_phase),
+            t.message
         ),
         (None, Some(e)) => {
-            format!("{:<13} {}/{} desired {} state {} {}", ev.kind, ev.namespace, ev.env_name, e.desired_state, or_dash(&e.state), counts(&e.counts))
+            format!(
+                "{:<13} {}/{} desired {} state {} {}",
+                ev.kind,
+                ev.namespace,
+                ev.env_name,
+                e.desired_state,
+                or_dash(&e.state),
+                counts(&e.counts)
+            )
         }
-        _ => format!("{:<13} {}/{} {}", ev.kind, ev.namespace, ev.env_name, ev.task_name),
+        _ => format!(
+            "{:<13} {}/{} {}",
+            ev.kind, ev.namespace, ev.env_name, ev.task_name
+        ),
     }
 }

@@ -1,5 +1,6 @@
 //! The integration tests: ONE test binary, one module per area, all against the real local
 //! control plane (started once by `support` if none is running).
 
+mod daemon;
 mod dev;
 mod support;
