@@ -68,7 +68,7 @@ impl Bridge {
     pub async fn create(&self, spec: &CreateSpec) -> Result<Created> {
         self.ensure_leader()?;
         let id = environment_id(spec)?;
-        let name = id.clone();
+        let name = crate::plan::names::environment_name(&id);
         let ns = self.cfg.namespace_for(&name);
         let _one_at_a_time = self.create_lock.lock().await;
 
@@ -100,6 +100,8 @@ impl Bridge {
         }
         if self.cfg.per_env_namespace() {
             namespace::prepare(&self.client, &self.cfg, ns, &name).await?;
+        } else {
+            namespace::ensure_exists(&self.client, ns).await?;
         }
         objs.place(ns);
         let pp = PatchParams::apply(&self.cfg.field_manager).force();

@@ -145,3 +145,32 @@ pub async fn delete(client: &kube::Client, name: &str, env_name: &str) -> Result
         _ => Ok(()),
     }
 }
+
+/// The fixed namespace of every environment: created when missing, used as it is otherwise.
+pub async fn ensure_exists(client: &kube::Client, name: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    if api
+        .get_opt(name)
+        .await
+        .map_err(BridgeError::kube(format!("get namespace {name}")))?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some(BTreeMap::from([(
+                labels::MANAGED_BY.to_string(),
+                labels::MANAGER.to_string(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_conflict(&e) => Ok(()),
+        Err(e) => Err(BridgeError::kube(format!("create namespace {name}"))(e)),
+    }
+}

@@ -319,6 +319,7 @@ async fn serve(s: Settings) -> Result<(), String> {
     let renderer = envbridge::bridge::render::renderer(&s.bridge);
     let bridge = Bridge::new(client.clone(), s.bridge, metrics.clone(), renderer);
     let stop = CancellationToken::new();
+    let election = s.lease.is_some();
     if let Some(lease) = s.lease {
         tokio::spawn(leader::run(
             client,
@@ -333,6 +334,17 @@ async fn serve(s: Settings) -> Result<(), String> {
         let stop = stop.clone();
         tokio::spawn(async move { b.run_watches(stop).await })
     };
+    // Serve once the roster is a true view and the first leadership decision is made (a
+    // standby still serves; this only avoids refusing the first writes while the lease is free).
+    if !bridge.wait_synced(Duration::from_secs(30)).await {
+        tracing::warn!("watches not synced after 30 s; serving anyway");
+    }
+    if election {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !bridge.is_leader() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     let (_bound, server) = server::serve(bridge.clone(), s.server, stop.clone())
         .await
         .map_err(|e| e.to_string())?;

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod daemon;
 mod env;
+mod render;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -29,16 +30,22 @@ pub enum Command {
     Env(env::EnvArgs),
     /// Run the bridge daemon (gRPC API, watches, roster).
     Daemon(Box<daemon::DaemonArgs>),
+    /// The cluster side: Environment -> Tasks -> Pods (leader-elected controller).
+    Operator(envbridge::operator::OperatorArgs),
+    /// Run a task SIMULATOR: a stand-in task process speaking the control protocol.
+    TaskSim(envbridge::control::sim::TaskSimArgs),
+    /// Render a workflow into the objects to apply (or `-o tasks`: the resolved task view).
+    Render(render::RenderArgs),
 }
 
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Crd => {
-            print!("{}", envbridge::crd::all_yaml());
-            ExitCode::SUCCESS
-        }
+        Command::Crd => render::write_stdout(&envbridge::crd::all_yaml()),
         Command::Dev(cmd) => envbridge::dev::run(cmd),
         Command::Env(args) => env::run(args),
         Command::Daemon(args) => daemon::run(*args),
+        Command::Operator(args) => envbridge::operator::run_cli(args),
+        Command::TaskSim(args) => envbridge::control::sim::run(args),
+        Command::Render(args) => render::run(args),
     }
 }

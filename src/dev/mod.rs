@@ -12,11 +12,13 @@ mod nodes;
 mod paths;
 mod pki;
 mod plane;
-mod process;
+pub mod process;
 pub mod stages;
 mod state;
 
 use std::process::ExitCode;
+
+pub mod sim_runner;
 
 pub use error::{DevError, Result};
 pub use plane::{ClusterInfo, client_for, current, down, ensure_up};
@@ -48,6 +50,8 @@ pub enum DevCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run one task simulator per simulated (kwok) pod, on the pod's IP and control port.
+    SimRunner(sim_runner::SimRunnerArgs),
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
@@ -64,6 +68,7 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
 
 pub fn run(cmd: DevCommand) -> ExitCode {
     match cmd {
+        DevCommand::SimRunner(args) => sim_runner::run(args),
         DevCommand::Up { nodes } => {
             let rt = match runtime() {
                 Ok(rt) => rt,

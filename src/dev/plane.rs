@@ -95,14 +95,33 @@ fn all_alive(st: &PlaneState) -> bool {
 }
 
 fn stop_components(st: &PlaneState) {
-    for c in st.components.iter().rev() {
-        if process::alive(c.pid, &c.binary) {
-            eprintln!("envbridge: stopping {} (pid {})", c.name, c.pid);
-            if process::stop_group(c.pid, STOP_GRACE) {
-                eprintln!("envbridge: {} needed SIGKILL", c.name);
-            }
+    // Only groups whose leader still runs our binary: a recorded pid may have been reused.
+    let live: Vec<&Component> = st
+        .components
+        .iter()
+        .filter(|c| process::alive(c.pid, &c.binary))
+        .collect();
+    if live.is_empty() {
+        return;
+    }
+    let t0 = Instant::now();
+    // Two waves: the API clients and the apiserver together, then etcd (an apiserver whose
+    // etcd is gone hangs in its shutdown until SIGKILL).
+    let (storage, rest): (Vec<&Component>, Vec<&Component>) =
+        live.iter().partition(|c| c.name == "etcd");
+    for wave in [rest, storage] {
+        let pids: Vec<u32> = wave.iter().map(|c| c.pid).collect();
+        let killed = process::stop_groups(&pids, STOP_GRACE);
+        for c in &wave {
+            let how = if killed.contains(&c.pid) {
+                " with SIGKILL"
+            } else {
+                ""
+            };
+            eprintln!("envbridge: stopped {} (pid {}){how}", c.name, c.pid);
         }
     }
+    eprintln!("envbridge: all stopped in {:.1?}", t0.elapsed());
 }
 
 /// Start the control plane with at least `nodes` simulated nodes, or reuse the running one

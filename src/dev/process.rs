@@ -27,6 +27,17 @@ pub fn port_open(port: u16) -> bool {
 /// Start `binary args` detached in its own process group, stdout and stderr appended to
 /// `log`. Returns the pid (== pgid).
 pub fn spawn(binary: &Path, args: &[String], log: &Path, cwd: &Path) -> Result<u32> {
+    spawn_with_env(binary, args, log, cwd, &[])
+}
+
+/// [`spawn`] with extra environment variables for the child.
+pub fn spawn_with_env(
+    binary: &Path,
+    args: &[String],
+    log: &Path,
+    cwd: &Path,
+    env: &[(&str, &str)],
+) -> Result<u32> {
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -36,6 +47,7 @@ pub fn spawn(binary: &Path, args: &[String], log: &Path, cwd: &Path) -> Result<u
     let child = Command::new(binary)
         .args(args)
         .current_dir(cwd)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -103,29 +115,46 @@ fn signal_group(pgid: u32, sig: i32) {
     }
 }
 
-/// SIGTERM the group, wait up to `grace`, then SIGKILL and wait until it is gone.
-/// Returns whether SIGKILL was needed.
-pub fn stop_group(pgid: u32, grace: Duration) -> bool {
-    reap(pgid);
-    if !group_exists(pgid) {
-        return false;
+/// SIGTERM every group at once, wait up to `grace` for all to exit, then SIGKILL what is
+/// left and wait until it is gone. Returns the groups that needed SIGKILL.
+pub fn stop_groups(pgids: &[u32], grace: Duration) -> Vec<u32> {
+    let live: Vec<u32> = pgids
+        .iter()
+        .copied()
+        .filter(|p| {
+            reap(*p);
+            group_exists(*p)
+        })
+        .collect();
+    for p in &live {
+        signal_group(*p, libc::SIGTERM);
     }
-    signal_group(pgid, libc::SIGTERM);
+    let remaining = |groups: &[u32]| -> Vec<u32> {
+        groups
+            .iter()
+            .copied()
+            .filter(|p| {
+                reap(*p);
+                group_exists(*p)
+            })
+            .collect()
+    };
     let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        reap(pgid);
-        if !group_exists(pgid) {
-            return false;
-        }
+    let mut left = remaining(&live);
+    while !left.is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
+        left = remaining(&left);
     }
-    signal_group(pgid, libc::SIGKILL);
+    for p in &left {
+        signal_group(*p, libc::SIGKILL);
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline && group_exists(pgid) {
-        reap(pgid);
+    let mut dying = remaining(&left);
+    while !dying.is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
+        dying = remaining(&dying);
     }
-    true
+    left
 }
 
 /// Last `lines` lines of a log file, for error messages.
@@ -157,7 +186,7 @@ mod tests {
         }
         assert!(log_tail(&log, 5).contains("started"), "output not logged");
         assert!(!alive(pid, Path::new("/bin/true")), "wrong binary accepted");
-        stop_group(pid, Duration::from_secs(5));
+        stop_groups(&[pid], Duration::from_secs(5));
         assert!(!group_exists(pid), "group survived");
         assert!(!alive(pid, sh));
     }

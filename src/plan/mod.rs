@@ -1,5 +1,268 @@
-//! Per-node task references: env, args, channel endpoints, control ports. No Kubernetes here.
+//! Per-node task references: env, args, channel endpoints, control ports. No Kubernetes here
+//! (the one adapter to the CRD types is [`objects`]).
+//!
+//! Library API (what the daemon and the CLI call):
+//! ```no_run
+//! use envbridge::plan::{RenderRequest, render};
+//! use envbridge::workflow::Sources;
+//!
+//! let req = RenderRequest {
+//!     sources: Sources { tasks_dir: "manifests/control-workflows/tasks".into(), ..Default::default() },
+//!     workflow: "manifests/control-workflows/workflows/readout-dataflow.yaml".into(),
+//!     sets: vec![("hosts".into(), r#"["flp001","flp002"]"#.into())],
+//!     env_id: Some("E1".into()),
+//!     ..Default::default()
+//! };
+//! let rendered = render(&req)?; // Environment + TaskSets + the flat task list
+//! # Ok::<(), envbridge::plan::RenderError>(())
+//! ```
+//! Errors display as `FILE:LINE:COLUMN: message`.
 
+mod channels;
+pub mod names;
+pub mod objects;
+pub mod ports;
+pub mod resolve;
 mod task_ref;
+mod view;
 
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use objects::Rendered;
 pub use task_ref::{ControlMode, EnvVar, TaskRef};
+pub use view::{TaskView, tasks_json};
+
+use crate::workflow::error::{Error, Loc};
+use crate::workflow::expand::{self, HookInstance};
+use crate::workflow::expr::Engine;
+use crate::workflow::{self as wf, Sources};
+
+/// An invalid input, displayed as `FILE:LINE:COLUMN: message`.
+pub type RenderError = wf::Error;
+
+/// Control ports: the anchor's default port 47100 and up.
+pub const DEFAULT_CONTROL_PORTS: RangeInclusive<u16> = 47100..=47999;
+/// TCP channel ports: a separate range so that channels never take a control port.
+pub const DEFAULT_TCP_PORTS: RangeInclusive<u16> = 48000..=49999;
+/// TaskSet size budget (serialized JSON of its tasks), far below etcd's 1.5 MiB.
+pub const DEFAULT_TASK_SET_BUDGET: usize = 256 * 1024;
+
+/// What to render.
+#[derive(Clone, Debug)]
+pub struct RenderRequest {
+    pub sources: Sources,
+    /// A workflow file, or a name looked up as `<workflows_dir>/<name>.yaml`.
+    pub workflow: PathBuf,
+    /// `--set KEY=VALUE`: the highest-priority variables.
+    pub sets: Vec<(String, String)>,
+    /// Seeds every derived name; default: a hash of the workflow's name.
+    pub env_id: Option<String>,
+    /// Namespace of the objects (none: left to the applier).
+    pub namespace: Option<String>,
+    /// `O2_SYSTEM` unless the class sets it.
+    pub system: String,
+    pub control_ports: RangeInclusive<u16>,
+    pub tcp_ports: RangeInclusive<u16>,
+    /// Ports already used on each node (e.g. by other live environments): never allocated.
+    pub reserved_ports: BTreeMap<String, BTreeSet<u16>>,
+    pub task_set_budget: usize,
+}
+
+impl Default for RenderRequest {
+    fn default() -> Self {
+        RenderRequest {
+            sources: Sources::default(),
+            workflow: PathBuf::new(),
+            sets: Vec::new(),
+            env_id: None,
+            namespace: None,
+            system: "FLP".to_string(),
+            control_ports: DEFAULT_CONTROL_PORTS,
+            tcp_ports: DEFAULT_TCP_PORTS,
+            reserved_ports: BTreeMap::new(),
+            task_set_budget: DEFAULT_TASK_SET_BUDGET,
+        }
+    }
+}
+
+/// The pure result: fully resolved tasks (sorted by node, then role path) and hooks.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub environment_id: String,
+    pub environment_name: String,
+    /// The workflow's root role name.
+    pub workflow: String,
+    pub tasks: Vec<TaskRef>,
+    pub hooks: Vec<HookInstance>,
+    /// Every port this plan takes, per node (control and TCP).
+    pub ports: BTreeMap<String, BTreeSet<u16>>,
+}
+
+/// Renders a workflow into the objects to apply: TaskSets, then the Environment naming them.
+pub fn render(req: &RenderRequest) -> Result<Rendered, RenderError> {
+    let plan = build(req)?;
+    Ok(objects::objects(
+        plan,
+        req.namespace.as_deref(),
+        req.task_set_budget,
+    ))
+}
+
+/// Locates the workflow file of a request.
+pub fn workflow_path(req: &RenderRequest) -> Result<PathBuf, RenderError> {
+    if req.workflow.is_file() {
+        return Ok(req.workflow.clone());
+    }
+    if let Some(dir) = &req.sources.workflows_dir {
+        let name = req.workflow.to_string_lossy();
+        let candidate = dir.join(format!("{}.yaml", name.trim_end_matches(".yaml")));
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    let file: Arc<str> = Arc::from(req.workflow.display().to_string());
+    Err(Error::new(&Loc::file_start(&file), "no such workflow file"))
+}
+
+/// Expands and resolves a workflow into task references (no objects yet).
+pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
+    let path = workflow_path(req)?;
+    let engine = Engine::new();
+    let env_id = match &req.env_id {
+        Some(id) => id.clone(),
+        None => names::default_env_id(
+            &path
+                .file_stem()
+                .map(|s| s.to_string_lossy())
+                .unwrap_or_default(),
+        ),
+    };
+    let x = expand::expand(&engine, &req.sources, &path, &req.sets, &env_id)?;
+    let mut resolved = Vec::with_capacity(x.tasks.len());
+    for t in &x.tasks {
+        resolved.push(resolve::resolve(&engine, &x, t)?);
+    }
+    resolved.sort_by(|a, b| (&a.node, &a.path).cmp(&(&b.node, &b.path)));
+
+    let mut book = ports::PortBook::new(&req.reserved_ports);
+    let mut control = Vec::with_capacity(resolved.len());
+    for t in &resolved {
+        let port = book.take(&t.node, &req.control_ports).ok_or_else(|| {
+            Error::new(
+                &t.loc,
+                format!(
+                    "no free control port left on node `{}` in {}-{} for task `{}`",
+                    t.node,
+                    req.control_ports.start(),
+                    req.control_ports.end(),
+                    t.path
+                ),
+            )
+        })?;
+        control.push(port);
+    }
+    let chans = channels::wire(&env_id, &resolved, &mut book, &req.tcp_ports)?;
+
+    let mut tasks = Vec::with_capacity(resolved.len());
+    let mut names_seen = HashSet::new();
+    let mut ids_seen = HashSet::new();
+    for ((t, port), channels) in resolved.into_iter().zip(control).zip(chans) {
+        let name = names::task_name(&env_id, &t.path, &t.class, &t.node);
+        let id = names::task_id(&env_id, &t.path);
+        if !names_seen.insert(name.clone()) || !ids_seen.insert(id.clone()) {
+            return Err(Error::new(
+                &t.loc,
+                format!(
+                    "task `{}` gets a name or id already taken: `{name}`",
+                    t.path
+                ),
+            ));
+        }
+        tasks.push(task_ref(t, port, channels, name, id, &req.system));
+    }
+    Ok(Plan {
+        environment_name: names::environment_name(&env_id),
+        environment_id: env_id,
+        workflow: x.name.clone(),
+        tasks,
+        hooks: x.hooks,
+        ports: book.taken().clone(),
+    })
+}
+
+fn task_ref(
+    t: resolve::ResolvedTask,
+    port: u16,
+    channels: BTreeMap<String, String>,
+    name: String,
+    id: String,
+    system: &str,
+) -> TaskRef {
+    let mut env: Vec<EnvVar> = t
+        .env
+        .into_iter()
+        .map(|(name, value)| EnvVar { name, value })
+        .collect();
+    let has = |env: &[EnvVar], n: &str| env.iter().any(|e| e.name == n);
+    if !has(&env, "O2_ROLE") {
+        env.push(EnvVar {
+            name: "O2_ROLE".into(),
+            value: t.node.clone(),
+        });
+    }
+    if !has(&env, "O2_SYSTEM") {
+        env.push(EnvVar {
+            name: "O2_SYSTEM".into(),
+            value: system.to_string(),
+        });
+    }
+    env.retain(|e| e.name != "OCC_CONTROL_PORT");
+    env.push(EnvVar {
+        name: "OCC_CONTROL_PORT".into(),
+        value: port.to_string(),
+    });
+    let mut args = t.args;
+    if t.mode == ControlMode::Fairmq {
+        // What the anchor adds to FairMQ devices: id, OCC plugin, control port.
+        let plugin = t
+            .occ_plugin_dir
+            .unwrap_or_else(|| "$(CONTROL_OCCPLUGIN_ROOT)/lib/".to_string());
+        for a in [
+            "--id",
+            &id,
+            "-S",
+            &plugin,
+            "-P",
+            "OCClite",
+            "--color",
+            "false",
+            "--control-port",
+            &port.to_string(),
+        ] {
+            args.push(a.to_string());
+        }
+    }
+    TaskRef {
+        name,
+        id,
+        path: t.path,
+        class: t.class,
+        node: t.node,
+        template: names::dns_label(&t.template, names::DNS_LABEL_MAX),
+        control_mode: t.mode,
+        control_port: port,
+        critical: t.critical,
+        command: t.command,
+        shell: t.shell,
+        user: t.user,
+        env,
+        args,
+        channels,
+        trigger: t.trigger,
+        r#await: t.r#await,
+        timeout_seconds: t.timeout_seconds,
+    }
+}

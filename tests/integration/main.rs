@@ -3,4 +3,5 @@
 
 mod daemon;
 mod dev;
+mod operator;
 mod support;

@@ -1,0 +1,108 @@
+//! `envbridge render`: a workflow to the objects to apply, or the `-o tasks` view.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use envbridge::plan::{self, RenderRequest};
+use envbridge::workflow::Sources;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// A YAML stream: TaskSets, then the Environment.
+    Yaml,
+    /// A JSON array: TaskSets, then the Environment.
+    Json,
+    /// The fully resolved view, one element per task.
+    Tasks,
+}
+
+#[derive(Args, Debug)]
+pub struct RenderArgs {
+    /// Workflow file (or name in --workflows).
+    pub workflow: PathBuf,
+    /// Directory of task classes (`<load>.yaml`).
+    #[arg(long, value_name = "DIR")]
+    pub tasks: PathBuf,
+    /// Directory of workflows, for includes (default: the workflow's directory).
+    #[arg(long, value_name = "DIR")]
+    pub workflows: Option<PathBuf>,
+    /// Site profile (variables the anchor keeps in its configuration store); repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub defaults: Vec<PathBuf>,
+    /// A variable, highest priority; repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_set)]
+    pub sets: Vec<(String, String)>,
+    /// Environment id (seeds every derived name).
+    #[arg(long, value_name = "ID")]
+    pub env_id: Option<String>,
+    /// Namespace to put on the objects.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
+    pub output: Output,
+}
+
+fn parse_set(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("`{s}` is not KEY=VALUE")),
+    }
+}
+
+pub fn run(a: RenderArgs) -> ExitCode {
+    let req = RenderRequest {
+        sources: Sources {
+            tasks_dir: a.tasks,
+            workflows_dir: a.workflows,
+            defaults_files: a.defaults,
+        },
+        workflow: a.workflow,
+        sets: a.sets,
+        env_id: a.env_id,
+        namespace: a.namespace,
+        ..RenderRequest::default()
+    };
+    let rendered = match plan::render(&req) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let text = match a.output {
+        Output::Tasks => plan::tasks_json(&rendered.tasks),
+        Output::Json => {
+            let mut s =
+                serde_json::to_string_pretty(&rendered.to_json_values()).unwrap_or_default();
+            s.push('\n');
+            s
+        }
+        Output::Yaml => {
+            let mut s = String::new();
+            for ts in &rendered.task_sets {
+                s.push_str("---\n");
+                s.push_str(&serde_saphyr::to_string(ts).unwrap_or_default());
+            }
+            s.push_str("---\n");
+            s.push_str(&serde_saphyr::to_string(&rendered.environment).unwrap_or_default());
+            s
+        }
+    };
+    write_stdout(&text)
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.
+pub fn write_stdout(text: &str) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: writing output: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Channel endpoints and global aliases, as FairMQ transition arguments.
+//!
+//! IPC: an abstract socket `ipc://@eb-<hash>` (hash of environment id, role path, channel),
+//! the same string on both sides; both tasks must be on one node. TCP: the bound side gets a
+//! port of the node from the TCP range and binds `tcp://*:PORT`; the connecting side dials
+//! `tcp://<node>:PORT`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::RangeInclusive;
+
+use super::names;
+use super::ports::PortBook;
+use super::resolve::{EvalChannel, ResolvedTask};
+use crate::workflow::error::{Error, Loc, Result};
+
+const DEFAULT_BUF: &str = "1000";
+
+struct Bound<'a> {
+    task: &'a ResolvedTask,
+    chan: &'a EvalChannel,
+    connect_address: String,
+}
+
+/// FairMQ channel arguments per task (same order as `tasks`).
+pub fn wire(
+    env_id: &str,
+    tasks: &[ResolvedTask],
+    book: &mut PortBook,
+    tcp_ports: &RangeInclusive<u16>,
+) -> Result<Vec<BTreeMap<String, String>>> {
+    let mut bound: HashMap<String, Bound> = HashMap::new();
+    let mut aliases: HashMap<String, (String, Loc)> = HashMap::new();
+    let mut out: Vec<BTreeMap<String, String>> = vec![BTreeMap::new(); tasks.len()];
+    for (i, t) in tasks.iter().enumerate() {
+        for c in &t.bind {
+            let (bind_address, connect_address) = if c.tcp {
+                let port = book.take(&t.node, tcp_ports).ok_or_else(|| {
+                    Error::new(
+                        &c.loc,
+                        format!(
+                            "no free TCP port left on node `{}` in {}-{} for channel `{}` of task `{}`",
+                            t.node,
+                            tcp_ports.start(),
+                            tcp_ports.end(),
+                            c.name,
+                            t.path
+                        ),
+                    )
+                })?;
+                (
+                    format!("tcp://*:{port}"),
+                    format!("tcp://{}:{port}", t.node),
+                )
+            } else {
+                let a = names::ipc_address(env_id, &t.path, &c.name);
+                (a.clone(), a)
+            };
+            let key = format!("{}:{}", t.path, c.name);
+            if let Some(g) = &c.global {
+                if let Some((other, loc)) = aliases.get(g)
+                    && *other != key
+                {
+                    return Err(Error::new(
+                        &c.loc,
+                        format!(
+                            "alias `::{g}` redefined: `{key}` here, already `{other}` (at {loc})"
+                        ),
+                    ));
+                }
+                aliases.insert(g.clone(), (key.clone(), c.loc.clone()));
+            }
+            channel_keys(
+                &mut out[i],
+                c,
+                "bind",
+                &bind_address,
+                c.transport.as_deref(),
+            );
+            bound.insert(
+                key,
+                Bound {
+                    task: t,
+                    chan: c,
+                    connect_address,
+                },
+            );
+        }
+    }
+    for (i, t) in tasks.iter().enumerate() {
+        for c in &t.connect {
+            let Some((target, tloc)) = &c.target else {
+                continue;
+            };
+            let key = match target.strip_prefix("::") {
+                Some(alias) => match aliases.get(alias) {
+                    Some((k, _)) => k.clone(),
+                    None => {
+                        return Err(Error::new(
+                            tloc,
+                            format!(
+                                "unresolved target `{target}` of channel `{}` of task `{}`: no inbound channel publishes the alias `::{alias}`",
+                                c.name, t.path
+                            ),
+                        ));
+                    }
+                },
+                None => target.clone(),
+            };
+            let Some(b) = bound.get(&key) else {
+                let hint = match key.rsplit_once(':') {
+                    Some((p, ch)) => format!("no inbound channel `{ch}` on a task at role `{p}`"),
+                    None => "expected `<role path>:<channel>` or `::<alias>`".to_string(),
+                };
+                return Err(Error::new(
+                    tloc,
+                    format!(
+                        "unresolved target `{target}` of channel `{}` of task `{}`: {hint}",
+                        c.name, t.path
+                    ),
+                ));
+            };
+            if !compatible(&b.chan.r#type, &c.r#type) {
+                return Err(Error::new(
+                    &c.loc,
+                    format!(
+                        "channel type mismatch: `{}:{}` ({}) connects to `{key}` ({}, at {}); push must meet pull, pub must meet sub",
+                        t.path, c.name, c.r#type, b.chan.r#type, b.chan.loc
+                    ),
+                ));
+            }
+            if !b.chan.tcp && b.task.node != t.node {
+                return Err(Error::new(
+                    &c.loc,
+                    format!(
+                        "IPC channel `{key}` is on node `{}`, but `{}:{}` connects from node `{}`: IPC works on one node only (use addressing: tcp)",
+                        b.task.node, t.path, c.name, t.node
+                    ),
+                ));
+            }
+            let transport = c.transport.as_deref().or(b.chan.transport.as_deref());
+            channel_keys(&mut out[i], c, "connect", &b.connect_address, transport);
+        }
+    }
+    Ok(out)
+}
+
+fn channel_keys(
+    out: &mut BTreeMap<String, String>,
+    c: &EvalChannel,
+    method: &str,
+    address: &str,
+    transport: Option<&str>,
+) {
+    let p = format!("chans.{}", c.name);
+    out.insert(format!("{p}.numSockets"), "1".into());
+    out.insert(format!("{p}.0.address"), address.into());
+    out.insert(format!("{p}.0.method"), method.into());
+    out.insert(format!("{p}.0.type"), c.r#type.clone());
+    out.insert(
+        format!("{p}.0.transport"),
+        transport.unwrap_or("default").into(),
+    );
+    out.insert(
+        format!("{p}.0.sndBufSize"),
+        c.snd_buf_size.clone().unwrap_or_else(|| DEFAULT_BUF.into()),
+    );
+    out.insert(
+        format!("{p}.0.rcvBufSize"),
+        c.rcv_buf_size.clone().unwrap_or_else(|| DEFAULT_BUF.into()),
+    );
+    out.insert(
+        format!("{p}.0.rateLogging"),
+        c.rate_logging.clone().unwrap_or_else(|| "0".into()),
+    );
+}
+
+/// Socket types that can talk: push-pull, pub-sub, req-rep, pair-pair.
+fn compatible(bound: &str, connecting: &str) -> bool {
+    matches!(
+        (bound, connecting),
+        ("push", "pull")
+            | ("pull", "push")
+            | ("pub", "sub")
+            | ("sub", "pub")
+            | ("req", "rep")
+            | ("rep", "req")
+            | ("pair", "pair")
+    )
+}

@@ -1,0 +1,131 @@
+//! Deterministic names and ids: everything derives from a hash of the environment id and the
+//! role path (and channel), so re-rendering gives the same strings and two environments never
+//! collide.
+
+use sha2::{Digest, Sha256};
+
+/// Longest Kubernetes label value / DNS-1123 label.
+pub const DNS_LABEL_MAX: usize = 63;
+/// Longest environment object name (leaves room for TaskSet suffixes).
+const ENV_NAME_MAX: usize = 40;
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn hash_of(parts: &[&str]) -> String {
+    sha256_hex(parts.join("\0").as_bytes())
+}
+
+/// Lowercase, `[a-z0-9-]` only, no leading/trailing `-`, runs of `-` collapsed.
+pub fn dns_label(s: &str, max: usize) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    out.truncate(max);
+    while out.ends_with('-') {
+        out.pop();
+    }
+    out
+}
+
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty() && s.len() <= DNS_LABEL_MAX && dns_label(s, DNS_LABEL_MAX) == s
+}
+
+/// The Environment object's name: the id lowercased; when that changes more than case or
+/// the id is no DNS label, a hash of the exact id is appended so that ids differing only in
+/// case or punctuation still get distinct names.
+pub fn environment_name(env_id: &str) -> String {
+    let base = dns_label(env_id, ENV_NAME_MAX);
+    if base == env_id && !base.is_empty() {
+        return base;
+    }
+    let h = &hash_of(&["env", env_id])[..8];
+    let base = dns_label(&base, ENV_NAME_MAX - 9);
+    if base.is_empty() {
+        format!("env-{h}")
+    } else {
+        format!("{base}-{h}")
+    }
+}
+
+/// A Task object's name: `<class>-<host>-<hash>`; the hash covers environment id and role path,
+/// so names are unique across environments and for several tasks of one class on one node.
+pub fn task_name(env_id: &str, path: &str, class: &str, node: &str) -> String {
+    let host = node.split('.').next().unwrap_or(node);
+    let h = &hash_of(&["task", env_id, path])[..10];
+    let stem = dns_label(&format!("{class}-{host}"), DNS_LABEL_MAX - 11);
+    if stem.is_empty() {
+        format!("t-{h}")
+    } else {
+        format!("{stem}-{h}")
+    }
+}
+
+/// The task id (FairMQ `--id`), unique within the environment.
+pub fn task_id(env_id: &str, path: &str) -> String {
+    crate::workflow::expr::short_id(&format!("{env_id}\0task\0{path}"))
+}
+
+/// An abstract IPC socket name, `[a-z0-9.-]` only, identical on both sides of the channel.
+pub fn ipc_address(env_id: &str, path: &str, channel: &str) -> String {
+    format!(
+        "ipc://@eb-{}",
+        &hash_of(&["ipc", env_id, path, channel])[..20]
+    )
+}
+
+/// The default environment id when none is given: stable for one workflow.
+pub fn default_env_id(workflow: &str) -> String {
+    crate::workflow::expr::short_id(&format!("envbridge\0{workflow}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_dns_safe_and_distinct() {
+        assert_eq!(environment_name("env1"), "env1");
+        let a = environment_name("31jdWLL4XL6");
+        let b = environment_name("31jdwll4xl6");
+        assert_ne!(a, b);
+        assert!(is_dns_label(&a), "{a}");
+        let n1 = task_name(
+            "E",
+            "w.h.stfb",
+            "stfbuilder-senderoutput",
+            "flp001.cluster.local",
+        );
+        let n2 = task_name(
+            "E",
+            "w.h.stfb2",
+            "stfbuilder-senderoutput",
+            "flp001.cluster.local",
+        );
+        let n3 = task_name(
+            "F",
+            "w.h.stfb",
+            "stfbuilder-senderoutput",
+            "flp001.cluster.local",
+        );
+        assert!(is_dns_label(&n1), "{n1}");
+        assert!(n1.starts_with("stfbuilder-senderoutput-flp001-"));
+        assert!(n1 != n2 && n1 != n3);
+        let long = task_name("E", "p", &"x".repeat(200), "n");
+        assert!(is_dns_label(&long), "{long}");
+        let ipc = ipc_address("E", "w.h.readout", "readout");
+        assert!(
+            ipc["ipc://@".len()..]
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
+    }
+}

@@ -1,0 +1,144 @@
+//! The one adapter from the pure plan to the CRD types: TaskSets (grouped by node, each under
+//! a byte budget) and the Environment naming them with their SHA-256.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::names::sha256_hex;
+use super::{Plan, TaskRef};
+use crate::crd::{Environment, EnvironmentSpec, HookRef, TaskSet, TaskSetRef, TaskSetSpec, labels};
+use crate::state::State;
+
+/// The objects to apply, in order: every TaskSet, then the Environment.
+#[derive(Clone, Debug)]
+pub struct Rendered {
+    pub environment: Environment,
+    pub task_sets: Vec<TaskSet>,
+    /// Every task, sorted by node then role path (the `-o tasks` view reads this).
+    pub tasks: Vec<TaskRef>,
+    /// Ports taken per node (control and TCP), for keeping later environments disjoint.
+    pub ports: BTreeMap<String, std::collections::BTreeSet<u16>>,
+}
+
+impl Rendered {
+    /// The objects as JSON values, TaskSets first.
+    pub fn to_json_values(&self) -> Vec<serde_json::Value> {
+        let mut out: Vec<serde_json::Value> = self
+            .task_sets
+            .iter()
+            .filter_map(|ts| serde_json::to_value(ts).ok())
+            .collect();
+        if let Ok(v) = serde_json::to_value(&self.environment) {
+            out.push(v);
+        }
+        out
+    }
+}
+
+fn meta(name: &str, namespace: Option<&str>, env_name: &str) -> ObjectMeta {
+    let mut l = BTreeMap::new();
+    l.insert(labels::MANAGED_BY.to_string(), labels::MANAGER.to_string());
+    l.insert(labels::ENVIRONMENT.to_string(), env_name.to_string());
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: namespace.map(str::to_string),
+        labels: Some(l),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Splits the tasks into TaskSets of at most `budget` bytes of task JSON (a node's tasks stay
+/// together unless they alone exceed the budget) and builds the Environment.
+pub fn objects(plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
+    let env_name = plan.environment_name.clone();
+    let mut groups: Vec<Vec<TaskRef>> = Vec::new();
+    let mut current: Vec<TaskRef> = Vec::new();
+    let mut size = 0usize;
+    let mut i = 0;
+    let tasks = &plan.tasks;
+    while i < tasks.len() {
+        let node = &tasks[i].node;
+        let end = tasks[i..]
+            .iter()
+            .position(|t| &t.node != node)
+            .map_or(tasks.len(), |p| i + p);
+        let sizes: Vec<usize> = tasks[i..end]
+            .iter()
+            .map(|t| serde_json::to_vec(t).map_or(0, |v| v.len()) + 1)
+            .collect();
+        let node_size: usize = sizes.iter().sum();
+        if !current.is_empty() && size + node_size > budget {
+            groups.push(std::mem::take(&mut current));
+            size = 0;
+        }
+        for (t, s) in tasks[i..end].iter().zip(sizes) {
+            if !current.is_empty() && size + s > budget {
+                groups.push(std::mem::take(&mut current));
+                size = 0;
+            }
+            current.push(t.clone());
+            size += s;
+        }
+        i = end;
+    }
+    if !current.is_empty() {
+        groups.push(current);
+    }
+    let mut task_sets = Vec::with_capacity(groups.len());
+    let mut refs = Vec::with_capacity(groups.len());
+    for (idx, group) in groups.into_iter().enumerate() {
+        let sha = sha256_hex(&serde_json::to_vec(&group).unwrap_or_default());
+        // The content hash in the name: a changed render writes new sets, never edits old ones.
+        let name = format!("{env_name}-{idx:04}-{}", &sha[..10]);
+        refs.push(TaskSetRef {
+            name: name.clone(),
+            sha256: sha,
+            tasks: u32::try_from(group.len()).unwrap_or(u32::MAX),
+        });
+        let mut ts = TaskSet::new(
+            &name,
+            TaskSetSpec {
+                environment: env_name.clone(),
+                tasks: group,
+            },
+        );
+        ts.metadata = meta(&name, namespace, &env_name);
+        task_sets.push(ts);
+    }
+    let nodes = plan
+        .tasks
+        .iter()
+        .map(|t| t.node.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let hooks = plan
+        .hooks
+        .iter()
+        .map(|h| HookRef {
+            path: h.path.clone(),
+            func: h.func.clone(),
+            trigger: h.trigger.clone(),
+            r#await: h.r#await.clone(),
+            critical: h.critical,
+        })
+        .collect();
+    let spec = EnvironmentSpec {
+        id: plan.environment_id.clone(),
+        workflow: plan.workflow.clone(),
+        nodes: u32::try_from(nodes).unwrap_or(u32::MAX),
+        tasks: u32::try_from(plan.tasks.len()).unwrap_or(u32::MAX),
+        task_sets: refs,
+        hooks,
+        desired_state: State::Standby,
+        transition: None,
+    };
+    let mut environment = Environment::new(&env_name, spec);
+    environment.metadata = meta(&env_name, namespace, &env_name);
+    Rendered {
+        environment,
+        task_sets,
+        tasks: plan.tasks,
+        ports: plan.ports,
+    }
+}

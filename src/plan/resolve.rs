@@ -1,0 +1,386 @@
+//! Evaluates one task instance's fields: node, control mode, command, env, args, channels.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::ControlMode;
+use crate::workflow::error::{Error, Loc, Result};
+use crate::workflow::expand::{Expanded, TaskInstance};
+use crate::workflow::expr::{Engine, is_falsy};
+use crate::workflow::model::{Channel, Constraint};
+use crate::workflow::scope::Scope;
+use crate::workflow::template::Template;
+
+/// A channel with its fields evaluated.
+#[derive(Clone, Debug)]
+pub struct EvalChannel {
+    pub loc: Loc,
+    pub name: String,
+    pub r#type: String,
+    pub transport: Option<String>,
+    pub tcp: bool,
+    pub snd_buf_size: Option<String>,
+    pub rcv_buf_size: Option<String>,
+    pub rate_logging: Option<String>,
+    pub target: Option<(String, Loc)>,
+    pub global: Option<String>,
+}
+
+/// A task with every field evaluated, before ports and endpoints are assigned.
+#[derive(Clone, Debug)]
+pub struct ResolvedTask {
+    pub path: String,
+    pub loc: Loc,
+    pub class: String,
+    pub node: String,
+    pub template: String,
+    pub mode: ControlMode,
+    pub critical: bool,
+    pub command: String,
+    pub shell: bool,
+    pub user: Option<String>,
+    pub env: Vec<(String, String)>,
+    pub args: Vec<String>,
+    pub occ_plugin_dir: Option<String>,
+    pub bind: Vec<EvalChannel>,
+    pub connect: Vec<EvalChannel>,
+    pub trigger: Option<String>,
+    pub r#await: Option<String>,
+    pub timeout_seconds: Option<u32>,
+}
+
+/// How the anchor's control modes map onto ours (docs/workflow-language.md).
+pub fn control_mode(mode: &str) -> Option<ControlMode> {
+    Some(match mode {
+        "direct" | "kubernetes_direct" | "kubectl_direct" => ControlMode::Direct,
+        "fairmq" | "kubernetes_fairmq" | "kubectl_fairmq" => ControlMode::Fairmq,
+        "basic" => ControlMode::Basic,
+        "hook" => ControlMode::Hook,
+        _ => return None,
+    })
+}
+
+pub fn resolve(engine: &Engine, x: &Expanded, t: &TaskInstance) -> Result<ResolvedTask> {
+    let mut scope = x.task_scope(engine, t);
+    let in_task = |e: Error| e.context(format_args!("in task `{}`", t.path));
+    let node = node_of(&scope, t).map_err(in_task)?;
+    scope.set_hostname(Arc::from(node.as_str()));
+    resolve_fields(&scope, t, node).map_err(in_task)
+}
+
+/// The node: the `machine_id` constraints of the role chain, else those of the class. Two
+/// different values at one level are an error.
+fn node_of(scope: &Scope, t: &TaskInstance) -> Result<String> {
+    let roles = machine_ids(scope, t.constraints.iter().map(|(c, at)| (c, at)))?;
+    let class = machine_ids(scope, t.class.constraints.iter().map(|c| (c, &t.path)))?;
+    let chosen = if roles.is_empty() { class } else { roles };
+    let mut it = chosen.into_iter();
+    let Some((first, first_loc)) = it.next() else {
+        return Err(Error::new(
+            &t.loc,
+            format!(
+                "task `{}` has no node: neither its roles nor its class `{}` have a `machine_id` constraint",
+                t.path, t.class.id
+            ),
+        ));
+    };
+    for (v, loc) in it {
+        if v != first {
+            return Err(Error::new(
+                &loc,
+                format!(
+                    "conflicting `machine_id` constraints: `{v}` here, `{first}` at {first_loc}"
+                ),
+            ));
+        }
+    }
+    Ok(first)
+}
+
+fn machine_ids<'a>(
+    scope: &Scope,
+    items: impl Iterator<Item = (&'a Constraint, &'a Arc<str>)>,
+) -> Result<Vec<(String, Loc)>> {
+    let mut out = Vec::new();
+    for (c, at) in items {
+        if scope.eval(&c.attribute, at)? != "machine_id" {
+            continue;
+        }
+        let v = scope.eval(&c.value, at)?;
+        if v.trim().is_empty() {
+            return Err(Error::new(&c.value.loc, "`machine_id` constraint is empty"));
+        }
+        out.push((v.trim().to_string(), c.value.loc.clone()));
+    }
+    Ok(out)
+}
+
+fn resolve_fields(scope: &Scope, t: &TaskInstance, node: String) -> Result<ResolvedTask> {
+    let class = &t.class;
+    let path = &t.path;
+    let ev = |tmpl: &Template| scope.eval(tmpl, path);
+    let opt =
+        |tmpl: &Option<Template>| -> Result<Option<String>> { tmpl.as_ref().map(ev).transpose() };
+
+    let mode_text = ev(&class.mode)?;
+    let mode = control_mode(mode_text.trim()).ok_or_else(|| {
+        Error::new(
+            &class.mode.loc,
+            format!(
+                "unknown control mode `{mode_text}` (expected direct, fairmq, basic, hook, kubernetes_direct, \
+                 kubernetes_fairmq, kubectl_direct or kubectl_fairmq)"
+            ),
+        )
+    })?;
+
+    let mut env = Vec::with_capacity(class.command.env.len() + 3);
+    for e in &class.command.env {
+        let text = ev(e)?;
+        let Some((name, value)) = text.split_once('=') else {
+            return Err(Error::new(
+                &e.loc,
+                format!("env entry `{text}` is not NAME=VALUE"),
+            ));
+        };
+        let name = name.trim();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(Error::new(
+                &e.loc,
+                format!("`{name}` is not an environment variable name"),
+            ));
+        }
+        env.push((name.to_string(), value.to_string()));
+    }
+    let mut args = Vec::with_capacity(class.command.arguments.len() + 10);
+    for a in &class.command.arguments {
+        let v = ev(a)?;
+        if !v.trim().is_empty() {
+            args.push(v);
+        }
+    }
+    let template = match scope.var("task_template")? {
+        Some(v) => v.to_string(),
+        None => match &class.name {
+            Some(n) => ev(n)?,
+            None => class.id.to_string(),
+        },
+    };
+    let critical = match &t.spec.critical {
+        Some(c) => !is_falsy(&scope.eval(c, path)?),
+        None => true,
+    };
+    let timeout_seconds = match &t.spec.timeout {
+        Some(tm) => {
+            let text = scope.eval(tm, path)?;
+            Some(parse_duration(&text).ok_or_else(|| {
+                Error::new(
+                    &tm.loc,
+                    format!("timeout `{text}` is not a duration (e.g. 30s, 2m, 90)"),
+                )
+            })?)
+        }
+        None => None,
+    };
+    let user = opt(&class.command.user)?.filter(|u| !u.trim().is_empty());
+    let shell = match &class.command.shell {
+        Some(s) => !is_falsy(&ev(s)?),
+        None => false,
+    };
+    let bind = channels(scope, &class.bind, path, t.bind.iter(), false)?;
+    let connect = channels(scope, &class.connect, path, t.connect.iter(), true)?;
+    Ok(ResolvedTask {
+        path: path.to_string(),
+        loc: t.loc.clone(),
+        class: class.id.to_string(),
+        node,
+        template,
+        mode,
+        critical,
+        command: opt(&class.command.value)?
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        shell,
+        user,
+        env,
+        args,
+        occ_plugin_dir: scope.var("occ_plugin_dir")?.map(|v| v.to_string()),
+        bind,
+        connect,
+        trigger: opt(&t.spec.trigger)?.filter(|s| !s.is_empty()),
+        r#await: opt(&t.spec.r#await)?.filter(|s| !s.is_empty()),
+        timeout_seconds,
+    })
+}
+
+/// Class channels, then the role's: a role channel replaces a class channel of the same name.
+fn channels<'a>(
+    scope: &Scope,
+    class: &[Channel],
+    path: &Arc<str>,
+    role: impl Iterator<Item = &'a (Channel, Arc<str>)>,
+    outbound: bool,
+) -> Result<Vec<EvalChannel>> {
+    let mut out: BTreeMap<String, EvalChannel> = BTreeMap::new();
+    for (c, at) in class
+        .iter()
+        .map(|c| (c, path))
+        .chain(role.map(|(c, at)| (c, at)))
+    {
+        let ev = |t: &Template| scope.eval(t, at);
+        let opt = |t: &Option<Template>| -> Result<Option<String>> {
+            Ok(t.as_ref()
+                .map(ev)
+                .transpose()?
+                .filter(|s| !s.trim().is_empty()))
+        };
+        let name = ev(&c.name)?;
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '-' | '_'))
+        {
+            return Err(Error::new(
+                &c.name.loc,
+                format!("channel name `{name}` may hold only letters, digits, - and _"),
+            ));
+        }
+        let r#type = match opt(&c.r#type)? {
+            Some(t) => t,
+            None => {
+                return Err(Error::new(
+                    &c.loc,
+                    format!("channel `{name}` has no `type`"),
+                ));
+            }
+        };
+        if !matches!(
+            r#type.as_str(),
+            "push" | "pull" | "pub" | "sub" | "req" | "rep" | "pair"
+        ) {
+            return Err(Error::new(
+                &c.loc,
+                format!("channel `{name}` has unknown type `{type}`", type = r#type),
+            ));
+        }
+        let addressing = opt(&c.addressing)?.unwrap_or_else(|| "tcp".to_string());
+        let tcp = match addressing.as_str() {
+            "tcp" => true,
+            "ipc" => false,
+            other => {
+                return Err(Error::new(
+                    &c.loc,
+                    format!("channel `{name}`: unknown addressing `{other}` (tcp or ipc)"),
+                ));
+            }
+        };
+        let target = match &c.target {
+            Some(t) if outbound => Some((ev(t)?, t.loc.clone())),
+            Some(t) => {
+                return Err(Error::new(
+                    &t.loc,
+                    "`target` belongs on an outbound (`connect`) channel",
+                ));
+            }
+            None if outbound => {
+                return Err(Error::new(
+                    &c.loc,
+                    format!("outbound channel `{name}` has no `target`"),
+                ));
+            }
+            None => None,
+        };
+        let global = opt(&c.global)?;
+        if outbound && global.is_some() {
+            return Err(Error::new(
+                &c.loc,
+                "`global` belongs on an inbound (`bind`) channel",
+            ));
+        }
+        out.insert(
+            name.clone(),
+            EvalChannel {
+                loc: c.loc.clone(),
+                name,
+                r#type,
+                transport: opt(&c.transport)?,
+                tcp,
+                snd_buf_size: opt(&c.snd_buf_size)?,
+                rcv_buf_size: opt(&c.rcv_buf_size)?,
+                rate_logging: opt(&c.rate_logging)?,
+                target,
+                global,
+            },
+        );
+    }
+    Ok(out.into_values().collect())
+}
+
+/// `30`, `30s`, `2m`, `1h`, `1m30s` -> seconds.
+pub fn parse_duration(text: &str) -> Option<u32> {
+    let s = text.trim();
+    if s.is_empty() {
+        return None;
+    }
+    if let Ok(n) = s.parse::<u32>() {
+        return Some(n);
+    }
+    let mut total: u64 = 0;
+    let mut num = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let n: u64 = num.parse().ok()?;
+        num.clear();
+        let unit = match c {
+            'h' => 3600,
+            'm' if chars.peek() == Some(&'s') => {
+                chars.next();
+                total += n.div_ceil(1000);
+                continue;
+            }
+            'm' => 60,
+            's' => 1,
+            _ => return None,
+        };
+        total += n * unit;
+    }
+    if !num.is_empty() {
+        return None;
+    }
+    u32::try_from(total).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Some(10));
+        assert_eq!(parse_duration("1m30s"), Some(90));
+        assert_eq!(parse_duration("45"), Some(45));
+        assert_eq!(parse_duration("abc"), None);
+        assert_eq!(parse_duration("10x"), None);
+    }
+
+    #[test]
+    fn every_mode_maps() {
+        for (m, want) in [
+            ("direct", ControlMode::Direct),
+            ("kubernetes_direct", ControlMode::Direct),
+            ("kubectl_direct", ControlMode::Direct),
+            ("fairmq", ControlMode::Fairmq),
+            ("kubernetes_fairmq", ControlMode::Fairmq),
+            ("kubectl_fairmq", ControlMode::Fairmq),
+            ("basic", ControlMode::Basic),
+            ("hook", ControlMode::Hook),
+        ] {
+            assert_eq!(control_mode(m), Some(want), "{m}");
+        }
+        assert_eq!(control_mode("mesos"), None);
+    }
+}

@@ -1,0 +1,413 @@
+//! Role-tree expansion: iterators, `enabled`, includes, call roles, sibling names.
+//!
+//! The result is a flat list of task instances (each with the cascade layers of its role
+//! chain) and hooks; evaluating a task's own fields is `crate::plan`'s job.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::Sources;
+use super::error::{Error, Loc, Result};
+use super::expr::{Engine, is_falsy};
+use super::load;
+use super::model::{Channel, Constraint, Role, RoleKind, TaskClass, TaskSpec, VarBlock};
+use super::scope::{Builtins, Layer, Scope};
+use super::template::Template;
+
+/// Most task and call roles one workflow may expand to.
+const MAX_INSTANCES: usize = 200_000;
+/// Deepest include chain.
+const MAX_INCLUDES: usize = 32;
+
+/// One task role, expanded: everything needed to evaluate the task's fields.
+#[derive(Clone, Debug)]
+pub struct TaskInstance {
+    pub path: Arc<str>,
+    pub loc: Loc,
+    pub class: Arc<TaskClass>,
+    pub spec: TaskSpec,
+    /// Role `defaults`, root first.
+    pub defaults: Vec<Layer>,
+    /// Role `vars` (and iterator variables), root first.
+    pub vars: Vec<Layer>,
+    /// Constraints of the role chain with the path they were written at.
+    pub constraints: Vec<(Constraint, Arc<str>)>,
+    pub bind: Vec<(Channel, Arc<str>)>,
+    pub connect: Vec<(Channel, Arc<str>)>,
+}
+
+/// A call role: recorded, not deployed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookInstance {
+    pub path: String,
+    pub func: String,
+    pub trigger: Option<String>,
+    pub r#await: Option<String>,
+    pub critical: bool,
+}
+
+/// An expanded workflow.
+pub struct Expanded {
+    /// The root role's name.
+    pub name: String,
+    pub tasks: Vec<TaskInstance>,
+    pub hooks: Vec<HookInstance>,
+    /// Site profiles, lowest first.
+    pub site: Vec<Layer>,
+    /// `--set` values.
+    pub sets: Layer,
+    pub environment_id: Arc<str>,
+}
+
+impl Expanded {
+    /// The evaluation scope of one task (the full cascade, lowest first):
+    /// class defaults, site profiles, role defaults (root first), class vars, role vars
+    /// (root first), `--set`.
+    pub fn task_scope<'e>(&self, engine: &'e Engine, t: &TaskInstance) -> Scope<'e> {
+        let mut layers = Vec::with_capacity(4 + self.site.len() + t.defaults.len() + t.vars.len());
+        layers.push(Layer::new(&t.class.defaults, Some(&t.path)));
+        layers.extend(self.site.iter().cloned());
+        layers.extend(t.defaults.iter().cloned());
+        layers.push(Layer::new(&t.class.vars, Some(&t.path)));
+        layers.extend(t.vars.iter().cloned());
+        layers.push(self.sets.clone());
+        Scope::new(
+            engine,
+            layers,
+            Builtins {
+                environment_id: self.environment_id.clone(),
+                task_hostname: None,
+            },
+            t.path.clone(),
+        )
+    }
+}
+
+#[derive(Clone, Default)]
+struct Ctx {
+    path: Option<Arc<str>>,
+    defaults: Vec<Layer>,
+    vars: Vec<Layer>,
+    constraints: Vec<(Constraint, Arc<str>)>,
+}
+
+struct Instance<'r> {
+    role: &'r Role,
+    name: String,
+    ctx: Ctx,
+}
+
+/// Expands `workflow` (a path) with the given sources, `--set` values and environment id.
+pub fn expand(
+    engine: &Engine,
+    sources: &Sources,
+    workflow: &Path,
+    sets: &[(String, String)],
+    environment_id: &str,
+) -> Result<Expanded> {
+    let wf = load::load_workflow(workflow)?;
+    let mut site = Vec::new();
+    for f in &sources.defaults_files {
+        site.push(Layer::new(&load::load_defaults(f)?, None));
+    }
+    let set_file: Arc<str> = Arc::from("--set");
+    let mut set_vars = HashMap::new();
+    for (i, (k, v)) in sets.iter().enumerate() {
+        let loc = Loc::new(&set_file, 1, i + 1);
+        let t = super::template::parse(v, &loc, &|_| loc.clone())?;
+        set_vars.insert(Arc::from(k.as_str()), t);
+    }
+    let workflows_dir = sources
+        .workflows_dir
+        .clone()
+        .unwrap_or_else(|| workflow.parent().map(Path::to_path_buf).unwrap_or_default());
+    let mut x = Expander {
+        engine,
+        tasks_dir: sources.tasks_dir.clone(),
+        workflows_dir,
+        site,
+        sets: Layer::new(&VarBlock::from_map(set_vars), None),
+        env_id: Arc::from(environment_id),
+        classes: HashMap::new(),
+        includes: vec![workflow.to_path_buf()],
+        tasks: Vec::new(),
+        hooks: Vec::new(),
+    };
+    let root = x.instances(&wf.root, &Ctx::default())?;
+    let mut name = String::new();
+    for inst in root {
+        name = inst.name.clone();
+        x.walk(&inst.role.kind, &inst.ctx, inst.role)?;
+    }
+    Ok(Expanded {
+        name,
+        tasks: x.tasks,
+        hooks: x.hooks,
+        site: x.site,
+        sets: x.sets,
+        environment_id: x.env_id,
+    })
+}
+
+struct Expander<'e> {
+    engine: &'e Engine,
+    tasks_dir: PathBuf,
+    workflows_dir: PathBuf,
+    site: Vec<Layer>,
+    sets: Layer,
+    env_id: Arc<str>,
+    classes: HashMap<String, Arc<TaskClass>>,
+    includes: Vec<PathBuf>,
+    tasks: Vec<TaskInstance>,
+    hooks: Vec<HookInstance>,
+}
+
+impl<'e> Expander<'e> {
+    fn scope(&self, ctx: &Ctx, home: &Arc<str>) -> Scope<'e> {
+        let mut layers =
+            Vec::with_capacity(2 + self.site.len() + ctx.defaults.len() + ctx.vars.len());
+        layers.extend(self.site.iter().cloned());
+        layers.extend(ctx.defaults.iter().cloned());
+        layers.extend(ctx.vars.iter().cloned());
+        layers.push(self.sets.clone());
+        Scope::new(
+            self.engine,
+            layers,
+            Builtins {
+                environment_id: self.env_id.clone(),
+                task_hostname: None,
+            },
+            home.clone(),
+        )
+    }
+
+    /// The enabled instances of one role (several for an iterator), named.
+    fn instances<'r>(&self, role: &'r Role, parent: &Ctx) -> Result<Vec<Instance<'r>>> {
+        let parent_path: Arc<str> = parent.path.clone().unwrap_or_else(|| Arc::from(""));
+        let with_own = |ctx: &Ctx, at: &Arc<str>, iter: Option<&Layer>| -> Ctx {
+            let mut c = ctx.clone();
+            c.defaults.push(Layer::new(&role.defaults, Some(at)));
+            c.vars.push(Layer::new(&role.vars, Some(at)));
+            if let Some(l) = iter {
+                c.vars.push(l.clone());
+            }
+            c
+        };
+        let items: Vec<Option<Layer>> = match &role.r#for {
+            None => vec![None],
+            Some(f) => {
+                let ctx = with_own(parent, &parent_path, None);
+                let text = self.scope(&ctx, &parent_path).eval_here(&f.range)?;
+                let list = parse_range(&text).ok_or_else(|| {
+                    Error::new(
+                        &f.range.loc,
+                        format!(
+                            "`for` range must be a JSON list (e.g. [\"flp001\"]), got `{text}`"
+                        ),
+                    )
+                })?;
+                list.into_iter()
+                    .map(|item| {
+                        let mut m = HashMap::new();
+                        m.insert(f.var.clone(), Template::literal(&f.range.loc, &item));
+                        Some(Layer {
+                            block: VarBlock::from_map(m),
+                            at: None,
+                        })
+                    })
+                    .collect()
+            }
+        };
+        let mut out = Vec::new();
+        for iter in items {
+            let tmp = with_own(parent, &parent_path, iter.as_ref());
+            let name = self.scope(&tmp, &parent_path).eval_here(&role.name)?;
+            check_role_name(&name, &role.name.loc)?;
+            let path: Arc<str> = match &parent.path {
+                Some(p) => Arc::from(format!("{p}.{name}")),
+                None => Arc::from(name.as_str()),
+            };
+            let mut ctx = with_own(parent, &path, iter.as_ref());
+            ctx.path = Some(path.clone());
+            ctx.constraints
+                .extend(role.constraints.iter().map(|c| (c.clone(), path.clone())));
+            if let Some(en) = &role.enabled {
+                let v = self.scope(&ctx, &path).eval_here(en)?;
+                if is_falsy(&v) {
+                    continue;
+                }
+            }
+            out.push(Instance { role, name, ctx });
+        }
+        Ok(out)
+    }
+
+    fn walk(&mut self, kind: &RoleKind, ctx: &Ctx, role: &Role) -> Result<()> {
+        if self.tasks.len() + self.hooks.len() > MAX_INSTANCES {
+            return Err(Error::new(
+                &role.loc,
+                format!("workflow expands to more than {MAX_INSTANCES} tasks"),
+            ));
+        }
+        let path = ctx.path.clone().unwrap_or_else(|| Arc::from(""));
+        match kind {
+            RoleKind::Aggregator(children) => {
+                let mut all: Vec<Instance> = Vec::new();
+                let mut seen: HashMap<String, Loc> = HashMap::new();
+                for child in children {
+                    for inst in self.instances(child, ctx)? {
+                        if let Some(first) = seen.get(&inst.name) {
+                            return Err(Error::new(
+                                &child.loc,
+                                format!(
+                                    "two sibling roles named `{}` under `{path}` (the other at {first})",
+                                    inst.name
+                                ),
+                            ));
+                        }
+                        seen.insert(inst.name.clone(), child.loc.clone());
+                        all.push(inst);
+                    }
+                }
+                for inst in all {
+                    self.walk(&inst.role.kind, &inst.ctx, inst.role)?;
+                }
+            }
+            RoleKind::Task(spec) => {
+                let scope = self.scope(ctx, &path);
+                let id = scope.eval_here(&spec.load)?;
+                let class = self.class(&id, &spec.load.loc)?;
+                let own = |chs: &[Channel]| chs.iter().map(|c| (c.clone(), path.clone())).collect();
+                self.tasks.push(TaskInstance {
+                    path: path.clone(),
+                    loc: role.loc.clone(),
+                    class,
+                    spec: spec.clone(),
+                    defaults: ctx.defaults.clone(),
+                    vars: ctx.vars.clone(),
+                    constraints: ctx.constraints.clone(),
+                    bind: own(&role.bind),
+                    connect: own(&role.connect),
+                });
+            }
+            RoleKind::Call(call) => {
+                let scope = self.scope(ctx, &path);
+                let opt = |t: &Option<Template>| t.as_ref().map(|t| scope.eval_here(t)).transpose();
+                let critical = match &call.critical {
+                    Some(t) => !is_falsy(&scope.eval_here(t)?),
+                    None => true,
+                };
+                self.hooks.push(HookInstance {
+                    path: path.to_string(),
+                    func: scope.eval_here(&call.func)?,
+                    trigger: opt(&call.trigger)?,
+                    r#await: opt(&call.r#await)?,
+                    critical,
+                });
+            }
+            RoleKind::Include(name) => {
+                let scope = self.scope(ctx, &path);
+                let inc = scope.eval_here(name)?;
+                if inc.is_empty() || inc.contains(['/', '\\']) || inc.starts_with('.') {
+                    return Err(Error::new(
+                        &name.loc,
+                        format!("`{inc}` is not a workflow name"),
+                    ));
+                }
+                let file = self.workflows_dir.join(format!("{inc}.yaml"));
+                if self.includes.contains(&file) {
+                    let chain: Vec<String> = self
+                        .includes
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect();
+                    return Err(Error::new(
+                        &name.loc,
+                        format!(
+                            "include cycle: {} -> {}",
+                            chain.join(" -> "),
+                            file.display()
+                        ),
+                    ));
+                }
+                if self.includes.len() >= MAX_INCLUDES {
+                    return Err(Error::new(&name.loc, "includes nested too deeply"));
+                }
+                if !file.is_file() {
+                    return Err(Error::new(
+                        &name.loc,
+                        format!("included workflow `{inc}` not found ({})", file.display()),
+                    ));
+                }
+                let wf = load::load_workflow(&file)?;
+                let mut sub = ctx.clone();
+                sub.defaults
+                    .push(Layer::new(&wf.root.defaults, Some(&path)));
+                sub.vars.push(Layer::new(&wf.root.vars, Some(&path)));
+                sub.constraints.extend(
+                    wf.root
+                        .constraints
+                        .iter()
+                        .map(|c| (c.clone(), path.clone())),
+                );
+                self.includes.push(file);
+                let r = self.walk(&wf.root.kind, &sub, &wf.root);
+                self.includes.pop();
+                r?;
+            }
+        }
+        Ok(())
+    }
+
+    fn class(&mut self, id: &str, loc: &Loc) -> Result<Arc<TaskClass>> {
+        if let Some(c) = self.classes.get(id) {
+            return Ok(c.clone());
+        }
+        if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') {
+            return Err(Error::new(loc, format!("`{id}` is not a task class name")));
+        }
+        let file = self.tasks_dir.join(format!("{id}.yaml"));
+        if !file.is_file() {
+            return Err(Error::new(
+                loc,
+                format!("task class `{id}` does not exist (no {})", file.display()),
+            ));
+        }
+        let class = Arc::new(load::load_class(&file, id)?);
+        self.classes.insert(id.to_string(), class.clone());
+        Ok(class)
+    }
+}
+
+/// A JSON list of strings or numbers (how the anchor passes `hosts`).
+fn parse_range(text: &str) -> Option<Vec<String>> {
+    let v: serde_json::Value = serde_json::from_str(text.trim()).ok()?;
+    let serde_json::Value::Array(items) = v else {
+        return None;
+    };
+    items
+        .into_iter()
+        .map(|i| match i {
+            serde_json::Value::String(s) => Some(s),
+            serde_json::Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn check_role_name(name: &str, loc: &Loc) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::new(loc, "role name is empty"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| matches!(c, '.' | ':' | '/') || c.is_whitespace() || c.is_control())
+    {
+        return Err(Error::new(
+            loc,
+            format!("role name `{name}` contains `{}`", c.escape_default()),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,496 @@
+//! The expression engine: CEL (the `cel` crate) with the functions workflows use.
+//!
+//! Why CEL: it is the Kubernetes ecosystem's expression language, well kept, and covers the
+//! syntax in the corpus (ternary, `== != && || !`, `+` on strings, comparisons, calls, `in`).
+//! Added functions: `len`, `strings.IsFalsy`, `strings.ToLower`, `strings.ToUpper`,
+//! `strings.TrimSpace`, `uid.New`, `Parent()`, `Up(n)` (maps with `.Path`).
+//!
+//! Safety: expressions are bounded in size and nesting BEFORE the parser sees them (the parser
+//! is recursive), and parsing and execution run under `catch_unwind`. Compiled programs are
+//! cached by source text; pure expressions (no `Parent`, `Up`, `uid.New`) are memoised by the
+//! values of the variables they name, since most tasks of a class evaluate the same thing.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+use cel::common::value::CowVal;
+use cel::context::VariableResolver;
+use cel::objects::Map;
+use cel::{Context, ExecutionError, FunctionContext, Program, Value};
+use sha2::{Digest, Sha256};
+
+use super::error::{Error, Loc, Result};
+use super::template::MAX_EXPR_LEN;
+
+/// Deepest bracket nesting accepted in an expression.
+pub const MAX_NESTING: usize = 24;
+/// Longest run of prefix operators (`!!!!x`) accepted: each is one parser recursion.
+const MAX_PREFIX_RUN: usize = 8;
+/// Most distinct (expression, inputs) results kept.
+const MEMO_LIMIT: usize = 200_000;
+
+/// Names that are function namespaces, never variables.
+const NAMESPACES: &[&str] = &["strings", "uid"];
+
+/// Where an expression was written: what `Parent()`, `Up(n)` and `uid.New()` are relative to.
+#[derive(Clone, Debug)]
+pub struct CallSite {
+    /// Role path the value was written at (a task's own path for class values).
+    pub role_path: Arc<str>,
+    /// Seed for `uid.New()`: environment id, task path and the expression's location.
+    pub uid_seed: String,
+}
+
+/// Answers variable lookups during evaluation. `Ok(None)` means undefined.
+pub trait Lookup {
+    fn lookup(&self, name: &str) -> Result<Option<Arc<str>>>;
+}
+
+struct Compiled {
+    id: usize,
+    program: Program,
+    /// Variables it names (namespaces excluded), sorted, deduplicated.
+    vars: Vec<String>,
+    /// No context-dependent functions: the result depends only on `vars`' values.
+    pure: bool,
+}
+
+/// (compiled expression id, values of the variables it names).
+type MemoKey = (usize, Vec<Arc<str>>);
+
+thread_local! {
+    static CALL_SITES: RefCell<Vec<CallSite>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Compiles and evaluates expressions; one per render (caches are not shared between threads).
+pub struct Engine {
+    root: Context<'static, 'static>,
+    compiled: RefCell<HashMap<Arc<str>, Rc<Compiled>>>,
+    memo: RefCell<HashMap<MemoKey, Arc<str>>>,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Engine {
+    pub fn new() -> Self {
+        let mut root = Context::default();
+        // Registration only fails on a name clash with the standard library: none of these.
+        let _ = root.add_function("len", len);
+        let _ = root.add_function("strings.IsFalsy", |s: Arc<String>| is_falsy(&s));
+        let _ = root.add_function("strings.ToLower", |s: Arc<String>| s.to_lowercase());
+        let _ = root.add_function("strings.ToUpper", |s: Arc<String>| s.to_uppercase());
+        let _ = root.add_function("strings.TrimSpace", |s: Arc<String>| s.trim().to_string());
+        let _ = root.add_function("uid.New", uid_new);
+        let _ = root.add_function("Parent", |ftx: &FunctionContext| up(ftx, 1));
+        let _ = root.add_function("Up", |ftx: &FunctionContext, n: i64| up(ftx, n));
+        Engine {
+            root,
+            compiled: RefCell::new(HashMap::new()),
+            memo: RefCell::new(HashMap::new()),
+        }
+    }
+
+    fn compile(&self, src: &Arc<str>, loc: &Loc) -> Result<Rc<Compiled>> {
+        if let Some(c) = self.compiled.borrow().get(src) {
+            return Ok(c.clone());
+        }
+        check_shape(src).map_err(|m| Error::new(loc, m))?;
+        let parsed = catch_unwind(AssertUnwindSafe(|| Program::compile(src)));
+        let program = match parsed {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                let msg = e.to_string();
+                let first = msg
+                    .lines()
+                    .next()
+                    .unwrap_or("syntax error")
+                    .trim()
+                    .to_string();
+                return Err(Error::new(
+                    loc,
+                    format!("expression `{src}` does not parse: {first}"),
+                ));
+            }
+            Err(_) => {
+                return Err(Error::new(
+                    loc,
+                    format!("expression `{src}` does not parse"),
+                ));
+            }
+        };
+        let refs = program.references();
+        let mut vars: Vec<String> = refs
+            .variables()
+            .into_iter()
+            .filter(|v| !NAMESPACES.contains(v))
+            .map(str::to_string)
+            .collect();
+        vars.sort();
+        vars.dedup();
+        let pure = !refs
+            .functions()
+            .iter()
+            .any(|f| matches!(*f, "Parent" | "Up" | "New"));
+        let id = self.compiled.borrow().len();
+        let c = Rc::new(Compiled {
+            id,
+            program,
+            vars,
+            pure,
+        });
+        self.compiled.borrow_mut().insert(src.clone(), c.clone());
+        Ok(c)
+    }
+
+    /// Evaluates one expression to its string form (`true`/`false` for booleans).
+    ///
+    /// The variables it names are looked up first (each lookup is lazy and memoised by the
+    /// caller); a failed or undefined one only matters if the expression really reads it, so
+    /// an untaken branch naming an undefined variable is harmless.
+    pub fn eval(
+        &self,
+        src: &Arc<str>,
+        loc: &Loc,
+        lookup: &dyn Lookup,
+        site: &CallSite,
+    ) -> Result<String> {
+        let c = self.compile(src, loc)?;
+        let values: Vec<Result<Option<Arc<str>>>> =
+            c.vars.iter().map(|v| lookup.lookup(v)).collect();
+        let complete: Option<Vec<Arc<str>>> = values
+            .iter()
+            .map(|v| v.as_ref().ok().and_then(|o| o.clone()))
+            .collect();
+        let key = match (c.pure, complete) {
+            (true, Some(vals)) => {
+                let key = (c.id, vals);
+                if let Some(hit) = self.memo.borrow().get(&key) {
+                    return Ok(hit.to_string());
+                }
+                Some(key)
+            }
+            _ => None,
+        };
+        let out = self.run(&c, src, loc, &values, site)?;
+        if let Some(key) = key {
+            let mut memo = self.memo.borrow_mut();
+            if memo.len() < MEMO_LIMIT {
+                memo.insert(key, Arc::from(out.as_str()));
+            }
+        }
+        Ok(out)
+    }
+
+    fn run(
+        &self,
+        c: &Compiled,
+        src: &str,
+        loc: &Loc,
+        values: &[Result<Option<Arc<str>>>],
+        site: &CallSite,
+    ) -> Result<String> {
+        let resolver = Resolver {
+            names: &c.vars,
+            values,
+            needed: Mutex::new(None),
+        };
+        let result = {
+            let mut scope = self.root.new_inner_scope();
+            scope.set_variable_resolver(&resolver);
+            CALL_SITES.with(|s| s.borrow_mut().push(site.clone()));
+            let result = catch_unwind(AssertUnwindSafe(|| c.program.execute(&scope)));
+            CALL_SITES.with(|s| s.borrow_mut().pop());
+            result
+        };
+        if let Some(inner) = resolver.needed.lock().ok().and_then(|mut g| g.take()) {
+            return Err(inner);
+        }
+        let value = match result {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(Error::new(loc, describe(src, &e))),
+            Err(_) => {
+                return Err(Error::new(
+                    loc,
+                    format!("expression `{src}` failed to evaluate"),
+                ));
+            }
+        };
+        to_text(&value).ok_or_else(|| {
+            Error::new(
+                loc,
+                format!(
+                    "expression `{src}` gives {}, expected a string, number or boolean",
+                    type_name(&value)
+                ),
+            )
+        })
+    }
+}
+
+/// Rejects what could drive the recursive parser too deep, before it runs.
+fn check_shape(src: &str) -> std::result::Result<(), String> {
+    if src.len() > MAX_EXPR_LEN {
+        return Err(format!("expression longer than {MAX_EXPR_LEN} bytes"));
+    }
+    let (mut depth, mut max_depth, mut run, mut max_run) = (0usize, 0usize, 0usize, 0usize);
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for ch in src.chars() {
+        if let Some(q) = quote {
+            if escaped {
+                escaped = false;
+            } else if ch == '\\' {
+                escaped = true;
+            } else if ch == q {
+                quote = None;
+            }
+            continue;
+        }
+        match ch {
+            '\'' | '"' => quote = Some(ch),
+            '(' | '[' | '{' => {
+                depth += 1;
+                max_depth = max_depth.max(depth);
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if matches!(ch, '!' | '-') {
+            run += 1;
+            max_run = max_run.max(run);
+        } else if !ch.is_whitespace() {
+            run = 0;
+        }
+    }
+    if max_depth > MAX_NESTING {
+        return Err(format!(
+            "expression nested deeper than {MAX_NESTING} brackets"
+        ));
+    }
+    if max_run > MAX_PREFIX_RUN {
+        return Err(format!(
+            "expression has more than {MAX_PREFIX_RUN} prefix operators in a row"
+        ));
+    }
+    // Operators chain recursively too (`a ? b : c ? d : ...`, `a + b + ...`): bound their count.
+    let ops = src
+        .matches(['?', '+', '&', '|', '=', '<', '>', '.', ','])
+        .count();
+    if ops > 256 {
+        return Err("expression has too many operators".to_string());
+    }
+    Ok(())
+}
+
+fn describe(src: &str, e: &ExecutionError) -> String {
+    let text = e.to_string();
+    if let Some(name) = text
+        .strip_prefix("Undeclared reference to '")
+        .and_then(|r| r.split('\'').next())
+    {
+        return format!("unknown variable or function `{name}` in `{src}`");
+    }
+    if let Some(name) = text
+        .strip_prefix("Function '")
+        .and_then(|r| r.split('\'').next())
+    {
+        return format!("unknown function `{name}` in `{src}`");
+    }
+    format!("expression `{src}`: {text}")
+}
+
+/// Serves the pre-resolved variables; remembers the first failed one the program reads.
+struct Resolver<'a> {
+    names: &'a [String],
+    values: &'a [Result<Option<Arc<str>>>],
+    needed: Mutex<Option<Error>>,
+}
+
+impl VariableResolver for Resolver<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        let i = self.names.iter().position(|n| n == variable)?;
+        match self.values.get(i)? {
+            Ok(Some(v)) => string_val(v),
+            Ok(None) => None,
+            Err(e) => {
+                if let Ok(mut g) = self.needed.lock()
+                    && g.is_none()
+                {
+                    *g = Some(e.clone());
+                }
+                None
+            }
+        }
+    }
+}
+
+fn string_val<'b>(v: &str) -> Option<CowVal<'b, 'b>> {
+    let value = Value::String(Arc::new(v.to_string()));
+    value.try_into().ok().map(CowVal::Owned)
+}
+
+fn to_text(v: &Value) -> Option<String> {
+    Some(match v {
+        Value::String(s) => s.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::UInt(u) => u.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Null => String::new(),
+        _ => return None,
+    })
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::List(_) => "a list",
+        Value::Map(_) => "a map",
+        _ => "a value",
+    }
+}
+
+/// Falsy strings (after trimming, case-insensitive): empty, `false`, `no`, `off`, `0`,
+/// `none`, `null`, `nil`.
+pub fn is_falsy(s: &str) -> bool {
+    matches!(
+        s.trim().to_ascii_lowercase().as_str(),
+        "" | "false" | "no" | "off" | "0" | "none" | "null" | "nil"
+    )
+}
+
+fn len(v: Value) -> std::result::Result<i64, ExecutionError> {
+    let n = match &v {
+        Value::String(s) => s.chars().count(),
+        Value::List(l) => l.len(),
+        Value::Map(m) => m.map.len(),
+        Value::Bytes(b) => b.len(),
+        Value::Null => 0,
+        _ => {
+            return Err(ExecutionError::function_error(
+                "len",
+                "expects a string, list or map",
+            ));
+        }
+    };
+    Ok(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+fn current_site() -> Option<CallSite> {
+    CALL_SITES.with(|s| s.borrow().last().cloned())
+}
+
+fn uid_new(_ftx: &FunctionContext) -> std::result::Result<Value, ExecutionError> {
+    let site =
+        current_site().ok_or_else(|| ExecutionError::function_error("uid.New", "no context"))?;
+    Ok(Value::String(Arc::new(short_id(&site.uid_seed))))
+}
+
+fn up(_ftx: &FunctionContext, n: i64) -> std::result::Result<Value, ExecutionError> {
+    let site = current_site().ok_or_else(|| ExecutionError::function_error("Up", "no context"))?;
+    let segments: Vec<&str> = site.role_path.split('.').collect();
+    let n =
+        usize::try_from(n).map_err(|_| ExecutionError::function_error("Up", "negative level"))?;
+    if n >= segments.len() {
+        return Err(ExecutionError::function_error(
+            "Up",
+            format!("role `{}` has no ancestor {n} levels up", site.role_path),
+        ));
+    }
+    let path = segments[..segments.len() - n].join(".");
+    let mut map: HashMap<String, Value> = HashMap::new();
+    map.insert("Path".to_string(), Value::String(Arc::new(path)));
+    Ok(Value::Map(Map::from(map)))
+}
+
+/// A short lowercase id (base32 of SHA-256), stable for one seed: what `uid.New()` gives.
+pub fn short_id(seed: &str) -> String {
+    const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
+    let digest = Sha256::digest(seed.as_bytes());
+    let mut bits: u64 = 0;
+    for b in &digest[..8] {
+        bits = (bits << 8) | u64::from(*b);
+    }
+    (0..12)
+        .map(|i| ALPHABET[((bits >> (i * 5)) & 31) as usize] as char)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Vars(Vec<(&'static str, &'static str)>);
+    impl Lookup for Vars {
+        fn lookup(&self, name: &str) -> Result<Option<Arc<str>>> {
+            Ok(self
+                .0
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| Arc::from(*v)))
+        }
+    }
+
+    fn eval(src: &str, vars: &Vars) -> Result<String> {
+        let f: Arc<str> = Arc::from("t.yaml");
+        let site = CallSite {
+            role_path: Arc::from("a.b.c"),
+            uid_seed: "seed".into(),
+        };
+        Engine::new().eval(&Arc::from(src), &Loc::new(&f, 1, 1), vars, &site)
+    }
+
+    #[test]
+    fn corpus_syntax() {
+        let v = Vars(vec![
+            ("modulepath", ""),
+            ("a", "x"),
+            ("b", "y"),
+            ("flag", "true"),
+            ("sp", " Default "),
+        ]);
+        assert_eq!(eval("len(modulepath)>0 ? a : b", &v).unwrap(), "y");
+        assert_eq!(
+            eval("flag == 'true' ? '--d=' +  a : ' '", &v).unwrap(),
+            "--d=x"
+        );
+        assert_eq!(
+            eval("!strings.IsFalsy(flag) && a != b", &v).unwrap(),
+            "true"
+        );
+        assert_eq!(
+            eval("strings.ToLower(strings.TrimSpace(sp))", &v).unwrap(),
+            "default"
+        );
+        assert_eq!(
+            eval("Parent().Path + ':' + Up(2).Path", &v).unwrap(),
+            "a.b:a"
+        );
+        assert_eq!(
+            eval("uid.New()", &v).unwrap(),
+            eval("uid.New()", &v).unwrap()
+        );
+    }
+
+    #[test]
+    fn errors() {
+        let v = Vars(vec![]);
+        let e = eval("nope == 'x'", &v).unwrap_err();
+        assert!(
+            e.message.contains("unknown variable or function `nope`"),
+            "{e}"
+        );
+        let e = eval("a ==", &v).unwrap_err();
+        assert!(e.message.contains("does not parse"), "{e}");
+        let e = eval(&format!("{}1{}", "(".repeat(100), ")".repeat(100)), &v).unwrap_err();
+        assert!(e.message.contains("nested"), "{e}");
+        let e = eval("inventory.DetectorForHost(x)", &v).unwrap_err();
+        assert!(e.message.contains("inventory"), "{e}");
+    }
+}

@@ -1,0 +1,133 @@
+//! The input model: task classes and workflow roles, every value a located [`Template`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::error::Loc;
+use super::template::Template;
+
+/// Variables written in one place (a class's `defaults`, a role's `vars`, a site profile...).
+/// Keyed by name; where names repeat, the later one wins.
+#[derive(Clone, Debug, Default)]
+pub struct VarBlock {
+    /// Shared: blocks are referenced by every task's cascade, never copied.
+    pub vars: Arc<HashMap<Arc<str>, Template>>,
+}
+
+impl VarBlock {
+    pub fn from_map(vars: HashMap<Arc<str>, Template>) -> Self {
+        VarBlock {
+            vars: Arc::new(vars),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.vars.is_empty()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Template> {
+        self.vars.get(name)
+    }
+}
+
+/// A FairMQ channel: `bind` (inbound) or `connect` (outbound).
+#[derive(Clone, Debug)]
+pub struct Channel {
+    pub loc: Loc,
+    pub name: Template,
+    pub r#type: Option<Template>,
+    pub transport: Option<Template>,
+    pub addressing: Option<Template>,
+    pub snd_buf_size: Option<Template>,
+    pub rcv_buf_size: Option<Template>,
+    pub rate_logging: Option<Template>,
+    /// Outbound: `<role path>:<channel>` or `::<alias>`.
+    pub target: Option<Template>,
+    /// Inbound: publishes the alias `::<global>`.
+    pub global: Option<Template>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Constraint {
+    pub attribute: Template,
+    pub value: Template,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Command {
+    pub env: Vec<Template>,
+    pub shell: Option<Template>,
+    pub value: Option<Template>,
+    pub user: Option<Template>,
+    pub arguments: Vec<Template>,
+}
+
+/// A task class, identified by its file name (what `load:` names).
+#[derive(Clone, Debug)]
+pub struct TaskClass {
+    pub id: Arc<str>,
+    pub file: Arc<str>,
+    /// The `name:` field (several corpus files share one); the default TaskTemplate name.
+    pub name: Option<Template>,
+    pub defaults: VarBlock,
+    pub vars: VarBlock,
+    pub mode: Template,
+    pub command: Command,
+    pub bind: Vec<Channel>,
+    pub connect: Vec<Channel>,
+    pub constraints: Vec<Constraint>,
+}
+
+#[derive(Clone, Debug)]
+pub struct TaskSpec {
+    pub load: Template,
+    pub critical: Option<Template>,
+    pub timeout: Option<Template>,
+    pub trigger: Option<Template>,
+    pub r#await: Option<Template>,
+}
+
+#[derive(Clone, Debug)]
+pub struct CallSpec {
+    pub func: Template,
+    pub critical: Option<Template>,
+    pub timeout: Option<Template>,
+    pub trigger: Option<Template>,
+    pub r#await: Option<Template>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ForSpec {
+    pub range: Template,
+    pub var: Arc<str>,
+}
+
+#[derive(Clone, Debug)]
+pub enum RoleKind {
+    Task(TaskSpec),
+    Call(CallSpec),
+    Include(Template),
+    Aggregator(Vec<Role>),
+}
+
+/// One role of a workflow tree (the workflow's root is a role too).
+#[derive(Clone, Debug)]
+pub struct Role {
+    pub loc: Loc,
+    pub name: Template,
+    pub enabled: Option<Template>,
+    pub r#for: Option<ForSpec>,
+    pub defaults: VarBlock,
+    pub vars: VarBlock,
+    pub constraints: Vec<Constraint>,
+    pub bind: Vec<Channel>,
+    pub connect: Vec<Channel>,
+    pub kind: RoleKind,
+}
+
+/// A workflow template file: its root role.
+#[derive(Clone, Debug)]
+pub struct Workflow {
+    pub file: Arc<str>,
+    pub root: Role,
+}

@@ -1,0 +1,258 @@
+//! The variable cascade and lazy evaluation.
+//!
+//! A scope is a list of layers, lowest priority first (docs/workflow-language.md gives the
+//! order). A variable is evaluated where it is used, once per scope (memoised), relative to
+//! the role where its value was written (`Parent()`, `Up(n)`). A value naming its own variable
+//! (`user: "{{ user }}-x"`) reads the next lower definition; other cycles are errors.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::error::{Error, Result};
+use super::expr::{CallSite, Engine, Lookup};
+use super::model::VarBlock;
+use super::template::{Part, Template};
+
+/// Longest chain of variables evaluating each other.
+const MAX_CHAIN: usize = 64;
+
+/// Variables written in one place, and the role path they were written at.
+#[derive(Clone, Debug)]
+pub struct Layer {
+    pub block: VarBlock,
+    /// `None`: site profile and `--set` values, relative to the role using them.
+    pub at: Option<Arc<str>>,
+}
+
+impl Layer {
+    pub fn new(block: &VarBlock, at: Option<&Arc<str>>) -> Self {
+        Layer {
+            block: block.clone(),
+            at: at.cloned(),
+        }
+    }
+}
+
+/// Built-in variables, above every layer.
+#[derive(Clone, Debug)]
+pub struct Builtins {
+    pub environment_id: Arc<str>,
+    pub task_hostname: Option<Arc<str>>,
+}
+
+/// A variable name and the layer its definition comes from.
+type VarKey = (Arc<str>, usize);
+
+pub struct Scope<'e> {
+    engine: &'e Engine,
+    layers: Vec<Layer>,
+    builtins: Builtins,
+    /// The role (or task) path evaluating: `Parent()` for values without a place of their own.
+    home: Arc<str>,
+    memo: RefCell<HashMap<VarKey, Arc<str>>>,
+    active: RefCell<Vec<VarKey>>,
+}
+
+impl<'e> Scope<'e> {
+    pub fn new(engine: &'e Engine, layers: Vec<Layer>, builtins: Builtins, home: Arc<str>) -> Self {
+        let layers = layers.into_iter().filter(|l| !l.block.is_empty()).collect();
+        Scope {
+            engine,
+            layers,
+            builtins,
+            home,
+            memo: RefCell::default(),
+            active: RefCell::default(),
+        }
+    }
+
+    pub fn home(&self) -> &Arc<str> {
+        &self.home
+    }
+
+    /// Sets `task_hostname` once the node is known (constraints are evaluated before).
+    pub fn set_hostname(&mut self, host: Arc<str>) {
+        self.builtins.task_hostname = Some(host);
+    }
+
+    /// A variable's value, `None` when undefined.
+    pub fn var(&self, name: &str) -> Result<Option<Arc<str>>> {
+        self.resolve(name, self.layers.len())
+    }
+
+    /// Highest definition of `name` in the layers below `limit`.
+    fn resolve(&self, name: &str, limit: usize) -> Result<Option<Arc<str>>> {
+        match name {
+            "environment_id" => return Ok(Some(self.builtins.environment_id.clone())),
+            "task_hostname" => {
+                if let Some(h) = &self.builtins.task_hostname {
+                    return Ok(Some(h.clone()));
+                }
+            }
+            _ => {}
+        }
+        let found = self.layers[..limit.min(self.layers.len())]
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(i, l)| l.block.get(name).map(|t| (i, l, t)));
+        let Some((level, layer, tmpl)) = found else {
+            return Ok(None);
+        };
+        let key: (Arc<str>, usize) = (Arc::from(name), level);
+        if let Some(v) = self.memo.borrow().get(&key) {
+            return Ok(Some(v.clone()));
+        }
+        {
+            let active = self.active.borrow();
+            if active.contains(&key) {
+                let chain: Vec<&str> = active.iter().map(|(n, _)| &**n).collect();
+                return Err(Error::new(
+                    &tmpl.loc,
+                    format!(
+                        "variable `{name}` depends on itself ({} -> {name})",
+                        chain.join(" -> ")
+                    ),
+                ));
+            }
+            if active.len() >= MAX_CHAIN {
+                return Err(Error::new(
+                    &tmpl.loc,
+                    format!("variables nested deeper than {MAX_CHAIN} levels"),
+                ));
+            }
+        }
+        self.active.borrow_mut().push(key.clone());
+        let at = layer.at.clone().unwrap_or_else(|| self.home.clone());
+        let out = self.eval_in(tmpl, &at, Some((name, level)));
+        self.active.borrow_mut().pop();
+        let value: Arc<str> = Arc::from(out?);
+        self.memo.borrow_mut().insert(key, value.clone());
+        Ok(Some(value))
+    }
+
+    /// Evaluates a template written at role `at` (a class's values: the task's own path).
+    pub fn eval(&self, tmpl: &Template, at: &Arc<str>) -> Result<String> {
+        self.eval_in(tmpl, at, None)
+    }
+
+    /// Evaluates a template written at the home role.
+    pub fn eval_here(&self, tmpl: &Template) -> Result<String> {
+        self.eval_in(tmpl, &self.home.clone(), None)
+    }
+
+    fn eval_in(
+        &self,
+        tmpl: &Template,
+        at: &Arc<str>,
+        own: Option<(&str, usize)>,
+    ) -> Result<String> {
+        if let Some(lit) = tmpl.as_literal() {
+            return Ok(lit.to_string());
+        }
+        let lookup = ScopeLookup { scope: self, own };
+        let mut out = String::new();
+        for part in &tmpl.parts {
+            match part {
+                Part::Text(t) => out.push_str(t),
+                Part::Var { name, loc } => match lookup.lookup(name)? {
+                    Some(v) => out.push_str(&v),
+                    None => return Err(Error::new(loc, format!("unknown variable `{name}`"))),
+                },
+                Part::Expr { src, loc } => {
+                    let site = CallSite {
+                        role_path: at.clone(),
+                        uid_seed: format!(
+                            "{}\0{}\0{}",
+                            self.builtins.environment_id, self.home, loc
+                        ),
+                    };
+                    out.push_str(&self.engine.eval(src, loc, &lookup, &site)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+struct ScopeLookup<'s, 'e> {
+    scope: &'s Scope<'e>,
+    own: Option<(&'s str, usize)>,
+}
+
+impl Lookup for ScopeLookup<'_, '_> {
+    fn lookup(&self, name: &str) -> Result<Option<Arc<str>>> {
+        match self.own {
+            Some((own, level)) if own == name => self.scope.resolve(name, level),
+            _ => self.scope.var(name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workflow::error::Loc;
+    use crate::workflow::template;
+
+    fn block(vars: &[(&str, &str)]) -> VarBlock {
+        let f: Arc<str> = Arc::from("v.yaml");
+        let loc = Loc::new(&f, 1, 1);
+        VarBlock::from_map(
+            vars.iter()
+                .map(|(k, v)| {
+                    (
+                        Arc::from(*k),
+                        template::parse(v, &loc, &|_| loc.clone()).unwrap(),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn cascade_laziness_and_self_reference() {
+        let engine = Engine::new();
+        let low = Layer::new(
+            &block(&[("user", "flp"), ("unused", "{{ undefined_thing }}")]),
+            None,
+        );
+        let path: Arc<str> = Arc::from("w.a.b");
+        let high = Layer::new(
+            &block(&[("user", "{{ user }}-x"), ("p", "{{ Parent().Path }}")]),
+            Some(&path),
+        );
+        let scope = Scope::new(
+            &engine,
+            vec![low, high],
+            Builtins {
+                environment_id: Arc::from("E1"),
+                task_hostname: None,
+            },
+            Arc::from("w.a.b.c"),
+        );
+        assert_eq!(scope.var("user").unwrap().as_deref(), Some("flp-x"));
+        assert_eq!(scope.var("p").unwrap().as_deref(), Some("w.a"));
+        assert_eq!(scope.var("environment_id").unwrap().as_deref(), Some("E1"));
+        assert!(scope.var("unused").is_err());
+        assert_eq!(scope.var("nothing").unwrap(), None);
+    }
+
+    #[test]
+    fn cycles_are_errors() {
+        let engine = Engine::new();
+        let l = Layer::new(&block(&[("a", "{{ b }}"), ("b", "x{{ a }}")]), None);
+        let scope = Scope::new(
+            &engine,
+            vec![l],
+            Builtins {
+                environment_id: Arc::from("E"),
+                task_hostname: None,
+            },
+            Arc::from("w"),
+        );
+        let e = scope.var("a").unwrap_err();
+        assert!(e.message.contains("depends on itself"), "{e}");
+    }
+}
