@@ -1,4 +1,4 @@
-//! Compiles proto/occ.proto with protox (pure Rust): a bare `cargo build` needs no `protoc`.
+//! Code generation for the gRPC APIs, with protox (pure Rust): a bare `cargo build` needs no `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/occ.proto");
@@ -19,5 +19,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .field_attribute("occ_pb.StateStreamReply.type", lenient_enum("state_type"))
         .field_attribute("occ_pb.DeviceEvent.type", lenient_enum("device_event_type"))
         .compile_fds(fds)?;
+
+    // --- daemon API (proto/envbridge.proto), with its descriptor set for gRPC reflection ---
+    {
+        println!("cargo:rerun-if-changed=proto/envbridge.proto");
+        let fds = protox::compile(["proto/envbridge.proto"], ["proto"])?;
+        let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+        let mut compiler = protox::Compiler::new(["proto"])?;
+        compiler
+            .include_imports(true)
+            .open_file("envbridge.proto")?;
+        std::fs::write(
+            out.join("envbridge_descriptor.bin"),
+            compiler.encode_file_descriptor_set(),
+        )?;
+        tonic_prost_build::configure().compile_fds(fds)?;
+    }
     Ok(())
 }

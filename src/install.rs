@@ -39,12 +39,20 @@ pub enum InstallError {
 pub async fn crds(client: &Client) -> Result<(), InstallError> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let pp = PatchParams::apply(FIELD_MANAGER).force();
-    let all = [Environment::crd(), TaskSet::crd(), Task::crd(), TaskTemplate::crd()];
+    let all = [
+        Environment::crd(),
+        TaskSet::crd(),
+        Task::crd(),
+        TaskTemplate::crd(),
+    ];
     for crd in &all {
         let name = crd.metadata.name.clone().unwrap_or_default();
         api.patch(&name, &pp, &Patch::Apply(crd))
             .await
-            .map_err(|source| InstallError::Apply { what: format!("CRD {name}"), source })?;
+            .map_err(|source| InstallError::Apply {
+                what: format!("CRD {name}"),
+                source,
+            })?;
     }
     let limit = Duration::from_secs(30);
     for crd in &all {
@@ -60,12 +68,17 @@ pub async fn crds(client: &Client) -> Result<(), InstallError> {
 
 /// Read every TaskTemplate in `dir` (`*.yaml`, several documents per file allowed).
 pub fn read_task_templates(dir: &Path) -> Result<Vec<TaskTemplate>, InstallError> {
-    let read = |path: &Path| std::fs::read_to_string(path).map_err(|source| InstallError::Read {
-        path: path.to_path_buf(),
-        source,
-    });
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|source| InstallError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|source| InstallError::Read { path: dir.to_path_buf(), source })?
+        .map_err(|source| InstallError::Read {
+            path: dir.to_path_buf(),
+            source,
+        })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
         .collect();
@@ -73,9 +86,11 @@ pub fn read_task_templates(dir: &Path) -> Result<Vec<TaskTemplate>, InstallError
     let mut out = Vec::new();
     for path in files {
         let text = read(&path)?;
-        let docs: Vec<TaskTemplate> = serde_saphyr::from_multiple(&text).map_err(|e| {
-            InstallError::Parse { path: path.clone(), message: e.to_string() }
-        })?;
+        let docs: Vec<TaskTemplate> =
+            serde_saphyr::from_multiple(&text).map_err(|e| InstallError::Parse {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
         out.extend(docs);
     }
     Ok(out)
@@ -90,7 +105,10 @@ pub async fn task_templates(client: &Client, dir: &Path) -> Result<Vec<String>, 
         let name = tt.metadata.name.clone().unwrap_or_default();
         api.patch(&name, &pp, &Patch::Apply(&tt))
             .await
-            .map_err(|source| InstallError::Apply { what: format!("TaskTemplate {name}"), source })?;
+            .map_err(|source| InstallError::Apply {
+                what: format!("TaskTemplate {name}"),
+                source,
+            })?;
         names.push(name);
     }
     Ok(names)

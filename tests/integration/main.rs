@@ -2,6 +2,7 @@
 //! control plane (started once by `support` if none is running).
 
 mod control;
+mod daemon;
 mod dev;
 mod operator;
 mod support;
