@@ -51,6 +51,12 @@ pub struct DaemonArgs {
     /// Site profile (repeatable).
     #[arg(long = "defaults", env = "ENVBRIDGE_DEFAULTS", value_delimiter = ',')]
     pub defaults: Vec<PathBuf>,
+    /// Control ports to allocate, FIRST-LAST (default 47100-47999).
+    #[arg(long, env = "ENVBRIDGE_CONTROL_PORTS", value_parser = port_range)]
+    pub control_ports: Option<(u16, u16)>,
+    /// TCP channel ports to allocate, FIRST-LAST (default 48000-49999).
+    #[arg(long, env = "ENVBRIDGE_TCP_PORTS", value_parser = port_range)]
+    pub tcp_ports: Option<(u16, u16)>,
     /// Seconds until every task of a new environment is STANDBY.
     #[arg(long, env = "ENVBRIDGE_DEPLOY_TIMEOUT")]
     pub deploy_timeout: Option<u64>,
@@ -113,6 +119,8 @@ pub struct FileConfig {
     pub workflows_dir: Option<PathBuf>,
     #[serde(default)]
     pub defaults: Vec<PathBuf>,
+    pub control_ports: Option<String>,
+    pub tcp_ports: Option<String>,
     pub deploy_timeout: Option<u64>,
     pub destroy_timeout: Option<u64>,
     pub kill_timeout: Option<u64>,
@@ -176,6 +184,22 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     } else {
         a.defaults
     };
+    if let Some((a, z)) = a
+        .control_ports
+        .map(Ok)
+        .or_else(|| f.control_ports.as_deref().map(port_range))
+        .transpose()?
+    {
+        b.control_ports = a..=z;
+    }
+    if let Some((a, z)) = a
+        .tcp_ports
+        .map(Ok)
+        .or_else(|| f.tcp_ports.as_deref().map(port_range))
+        .transpose()?
+    {
+        b.tcp_ports = a..=z;
+    }
     let secs = Duration::from_secs;
     if let Some(s) = a.deploy_timeout.or(f.deploy_timeout) {
         b.deploy_timeout = secs(s);
@@ -262,6 +286,24 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
         lease,
         log_format,
     })
+}
+
+fn port_range(s: &str) -> Result<(u16, u16), String> {
+    let (a, z) = s
+        .split_once('-')
+        .ok_or_else(|| format!("port range {s:?}: expected FIRST-LAST"))?;
+    let a: u16 = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("port range {s:?}: FIRST is not a port"))?;
+    let z: u16 = z
+        .trim()
+        .parse()
+        .map_err(|_| format!("port range {s:?}: LAST is not a port"))?;
+    if a == 0 || a > z {
+        return Err(format!("port range {s:?}: need 0 < FIRST <= LAST"));
+    }
+    Ok((a, z))
 }
 
 fn default_identity() -> String {
