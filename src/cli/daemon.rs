@@ -415,3 +415,122 @@ async fn shutdown_signal() {
         _ = term => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        (dir, p)
+    }
+
+    #[test]
+    fn yaml_and_toml_files_then_flags_win() {
+        let (_d, yaml) = write(
+            "d.yaml",
+            "namespace-prefix: env-\ndeploy-timeout: 7\ntransition-timeouts: {CONFIGURE: 9}\ncontrol-ports: 50000-50099\n",
+        );
+        let s = resolve(DaemonArgs {
+            config: Some(yaml.clone()),
+            no_leader_election: true,
+            ..Default::default()
+        })
+        .expect("yaml");
+        assert_eq!(
+            s.bridge.namespaces,
+            NamespaceMode::PerEnvironment {
+                prefix: "env-".into()
+            }
+        );
+        assert_eq!(s.bridge.deploy_timeout, Duration::from_secs(7));
+        assert_eq!(
+            s.bridge.transition_timeout(Event::Configure),
+            Duration::from_secs(9)
+        );
+        assert_eq!(s.bridge.control_ports, 50000..=50099);
+        let flags = DaemonArgs {
+            config: Some(yaml),
+            deploy_timeout: Some(3),
+            transition_timeouts: vec!["START=4".into()],
+            no_leader_election: true,
+            ..Default::default()
+        };
+        let s = resolve(flags).expect("flags");
+        assert_eq!(s.bridge.deploy_timeout, Duration::from_secs(3));
+        assert_eq!(
+            s.bridge.transition_timeout(Event::Start),
+            Duration::from_secs(4)
+        );
+
+        let (_d, toml) = write(
+            "d.toml",
+            "namespace = \"runs\"\nkill-timeout = 5\n[transition-timeouts]\nSTOP = 11\n",
+        );
+        let s = resolve(DaemonArgs {
+            config: Some(toml),
+            no_leader_election: true,
+            ..Default::default()
+        })
+        .expect("toml");
+        assert_eq!(
+            s.bridge.namespaces,
+            NamespaceMode::Fixed {
+                namespace: "runs".into()
+            }
+        );
+        assert_eq!(s.bridge.kill_timeout, Duration::from_secs(5));
+        assert_eq!(
+            s.bridge.transition_timeout(Event::Stop),
+            Duration::from_secs(11)
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_the_reason() {
+        let (_d, bad) = write("d.yaml", "listn: 1.2.3.4:1\n");
+        let e = resolve(DaemonArgs {
+            config: Some(bad),
+            ..Default::default()
+        })
+        .err()
+        .expect("unknown key");
+        assert!(e.contains("listn"), "{e}");
+        let open = DaemonArgs {
+            listen: Some("0.0.0.0:50061".parse().expect("addr")),
+            ..Default::default()
+        };
+        let e = resolve(open).err().expect("insecure");
+        assert!(e.contains("without both a bearer token and TLS"), "{e}");
+        let e = resolve(DaemonArgs {
+            transition_timeouts: vec!["LAUNCH=3".into()],
+            ..Default::default()
+        })
+        .err()
+        .expect("event");
+        assert!(e.contains("LAUNCH"), "{e}");
+        assert!(port_range("9-3").is_err());
+    }
+
+    #[test]
+    fn the_shipped_deployment_config_parses() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/manifests/deploy/daemon-deployment.yaml"
+        ))
+        .expect("manifest");
+        let block: String = text
+            .split("daemon.yaml: |\n")
+            .nth(1)
+            .expect("config block")
+            .lines()
+            .take_while(|l| l.starts_with("    "))
+            .map(|l| format!("{}\n", &l[4..]))
+            .collect();
+        let f: FileConfig = serde_saphyr::from_str(&block).expect("parses");
+        assert_eq!(f.namespace_prefix.as_deref(), Some("envbridge-env-"));
+        assert_eq!(f.transition_timeouts.get("CONFIGURE"), Some(&120));
+    }
+}

@@ -1120,3 +1120,80 @@ async fn with_the_operator_a_rendered_readout_dataflow_runs_its_cycle_and_fails_
     op_stop.cancel();
     let _ = tokio::time::timeout(WAIT, operator).await;
 }
+
+/// The daemon works under its own ServiceAccount with manifests/deploy/daemon-rbac.yaml, and
+/// that RBAC does not let it write what it must not (Tasks, TaskTemplates).
+#[tokio::test]
+async fn the_daemon_runs_under_its_least_privilege_rbac() {
+    let ns = TestNamespace::new("daemon-rbac").await;
+    install_crds(&ns.client).await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    fixture::apply_manifest(&ns.client, &root.join("deploy/daemon-rbac.yaml")).await;
+    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let _sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
+    let sa = fixture::impersonating(
+        &ns.info.kubeconfig,
+        "system:serviceaccount:envbridge-system:envbridge-daemon",
+        &[
+            "system:serviceaccounts",
+            "system:serviceaccounts:envbridge-system",
+            "system:authenticated",
+        ],
+    )
+    .await;
+    let d = Daemon::start(sa.clone(), fixed_ns(&ns.name), test_renderer(&tpl.prefix)).await;
+    let mut api = d.client().await;
+    let c = api
+        .create_environment(create_req("", "flp001,flp002", 48300))
+        .await
+        .expect("create")
+        .into_inner();
+    assert_eq!(c.outcome, "reached", "{}", c.message);
+    let r = api
+        .transition(transition(&c.id, "CONFIGURE", &[]))
+        .await
+        .expect("configure")
+        .into_inner();
+    assert!(r.ok, "{}", r.message);
+    let victim = format!("{}-flp001-readout", c.id);
+    let k = api
+        .kill_task(pb::KillTaskRequest {
+            id: c.id.clone(),
+            task: victim,
+            timeout_seconds: 30,
+        })
+        .await
+        .expect("kill");
+    assert!(k.into_inner().gone);
+    let gone = api
+        .destroy_environment(pb::DestroyEnvironmentRequest {
+            id: c.id.clone(),
+            wait: true,
+            timeout_seconds: 60,
+        })
+        .await
+        .expect("destroy")
+        .into_inner();
+    assert!(gone.gone, "{}", gone.message);
+
+    // Least privilege: no writing Tasks (the operator's) or TaskTemplates (administrators').
+    let tasks: Api<Task> = Api::namespaced(sa.clone(), &ns.name);
+    let t = Task::new("forbidden", Default::default());
+    let denied = tasks
+        .create(&PostParams::default(), &t)
+        .await
+        .expect_err("create Task");
+    assert!(
+        matches!(denied, kube::Error::Api(ref s) if s.code == 403),
+        "{denied}"
+    );
+    let tts: Api<envbridge::crd::TaskTemplate> = Api::all(sa);
+    let denied = tts
+        .delete(&format!("{}-readout", tpl.prefix), &DeleteParams::default())
+        .await
+        .expect_err("delete TaskTemplate");
+    assert!(
+        matches!(denied, kube::Error::Api(ref s) if s.code == 403),
+        "{denied}"
+    );
+}
