@@ -38,6 +38,9 @@ pub struct BridgeConfig {
     /// Per-event default deadline of a waited transition.
     pub transition_timeouts: HashMap<Event, Duration>,
     pub default_transition_timeout: Duration,
+    /// Port ranges render allocates from (control ports; TCP channel ports).
+    pub control_ports: std::ops::RangeInclusive<u16>,
+    pub tcp_ports: std::ops::RangeInclusive<u16>,
     /// Task classes, workflows and site profiles for rendering CreateEnvironment requests.
     pub tasks_dir: PathBuf,
     pub workflows_dir: PathBuf,
@@ -62,6 +65,8 @@ impl Default for BridgeConfig {
             kill_timeout: Duration::from_secs(60),
             transition_timeouts,
             default_transition_timeout: Duration::from_secs(80),
+            control_ports: crate::plan::DEFAULT_CONTROL_PORTS,
+            tcp_ports: crate::plan::DEFAULT_TCP_PORTS,
             tasks_dir: PathBuf::from("manifests/control-workflows/tasks"),
             workflows_dir: PathBuf::from("manifests/control-workflows/workflows"),
             defaults_files: vec![],

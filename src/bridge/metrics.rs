@@ -22,6 +22,8 @@ pub struct Metrics {
     pub event_lag: Histogram,
     pub roster_environments: Gauge,
     pub roster_tasks: Gauge,
+    /// Approximate heap bytes of the roster's task side (records, maps, interned strings).
+    pub roster_task_bytes: Gauge,
     /// Transitions by event and outcome.
     pub transitions: Family<Labels, Counter>,
     /// 1 while this replica holds the leader lease.
@@ -46,6 +48,7 @@ impl Metrics {
             event_lag: Histogram::new([0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0]),
             roster_environments: Gauge::default(),
             roster_tasks: Gauge::default(),
+            roster_task_bytes: Gauge::default(),
             transitions: Family::default(),
             leader: Gauge::default(),
             apiserver_requests: Counter::default(),
@@ -74,6 +77,11 @@ impl Metrics {
             "roster_tasks",
             "Tasks in the roster",
             m.roster_tasks.clone(),
+        );
+        reg.register(
+            "roster_task_bytes",
+            "Approximate heap bytes of the roster's tasks",
+            m.roster_task_bytes.clone(),
         );
         reg.register(
             "transitions",

@@ -51,6 +51,8 @@ pub fn render(
             .collect(),
         env_id: Some(id.to_string()),
         reserved_ports: taken.clone(),
+        control_ports: cfg.control_ports.clone(),
+        tcp_ports: cfg.tcp_ports.clone(),
         ..RenderRequest::default()
     };
     let r = render_core(&req).map_err(|e| BridgeError::Render(e.to_string()))?;

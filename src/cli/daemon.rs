@@ -51,6 +51,12 @@ pub struct DaemonArgs {
     /// Site profile (repeatable).
     #[arg(long = "defaults", env = "ENVBRIDGE_DEFAULTS", value_delimiter = ',')]
     pub defaults: Vec<PathBuf>,
+    /// Control ports to allocate, FIRST-LAST (default 47100-47999).
+    #[arg(long, env = "ENVBRIDGE_CONTROL_PORTS", value_parser = port_range)]
+    pub control_ports: Option<(u16, u16)>,
+    /// TCP channel ports to allocate, FIRST-LAST (default 48000-49999).
+    #[arg(long, env = "ENVBRIDGE_TCP_PORTS", value_parser = port_range)]
+    pub tcp_ports: Option<(u16, u16)>,
     /// Seconds until every task of a new environment is STANDBY.
     #[arg(long, env = "ENVBRIDGE_DEPLOY_TIMEOUT")]
     pub deploy_timeout: Option<u64>,
@@ -113,6 +119,8 @@ pub struct FileConfig {
     pub workflows_dir: Option<PathBuf>,
     #[serde(default)]
     pub defaults: Vec<PathBuf>,
+    pub control_ports: Option<String>,
+    pub tcp_ports: Option<String>,
     pub deploy_timeout: Option<u64>,
     pub destroy_timeout: Option<u64>,
     pub kill_timeout: Option<u64>,
@@ -176,6 +184,22 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     } else {
         a.defaults
     };
+    if let Some((a, z)) = a
+        .control_ports
+        .map(Ok)
+        .or_else(|| f.control_ports.as_deref().map(port_range))
+        .transpose()?
+    {
+        b.control_ports = a..=z;
+    }
+    if let Some((a, z)) = a
+        .tcp_ports
+        .map(Ok)
+        .or_else(|| f.tcp_ports.as_deref().map(port_range))
+        .transpose()?
+    {
+        b.tcp_ports = a..=z;
+    }
     let secs = Duration::from_secs;
     if let Some(s) = a.deploy_timeout.or(f.deploy_timeout) {
         b.deploy_timeout = secs(s);
@@ -262,6 +286,24 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
         lease,
         log_format,
     })
+}
+
+fn port_range(s: &str) -> Result<(u16, u16), String> {
+    let (a, z) = s
+        .split_once('-')
+        .ok_or_else(|| format!("port range {s:?}: expected FIRST-LAST"))?;
+    let a: u16 = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("port range {s:?}: FIRST is not a port"))?;
+    let z: u16 = z
+        .trim()
+        .parse()
+        .map_err(|_| format!("port range {s:?}: LAST is not a port"))?;
+    if a == 0 || a > z {
+        return Err(format!("port range {s:?}: need 0 < FIRST <= LAST"));
+    }
+    Ok((a, z))
 }
 
 fn default_identity() -> String {
@@ -371,5 +413,124 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        (dir, p)
+    }
+
+    #[test]
+    fn yaml_and_toml_files_then_flags_win() {
+        let (_d, yaml) = write(
+            "d.yaml",
+            "namespace-prefix: env-\ndeploy-timeout: 7\ntransition-timeouts: {CONFIGURE: 9}\ncontrol-ports: 50000-50099\n",
+        );
+        let s = resolve(DaemonArgs {
+            config: Some(yaml.clone()),
+            no_leader_election: true,
+            ..Default::default()
+        })
+        .expect("yaml");
+        assert_eq!(
+            s.bridge.namespaces,
+            NamespaceMode::PerEnvironment {
+                prefix: "env-".into()
+            }
+        );
+        assert_eq!(s.bridge.deploy_timeout, Duration::from_secs(7));
+        assert_eq!(
+            s.bridge.transition_timeout(Event::Configure),
+            Duration::from_secs(9)
+        );
+        assert_eq!(s.bridge.control_ports, 50000..=50099);
+        let flags = DaemonArgs {
+            config: Some(yaml),
+            deploy_timeout: Some(3),
+            transition_timeouts: vec!["START=4".into()],
+            no_leader_election: true,
+            ..Default::default()
+        };
+        let s = resolve(flags).expect("flags");
+        assert_eq!(s.bridge.deploy_timeout, Duration::from_secs(3));
+        assert_eq!(
+            s.bridge.transition_timeout(Event::Start),
+            Duration::from_secs(4)
+        );
+
+        let (_d, toml) = write(
+            "d.toml",
+            "namespace = \"runs\"\nkill-timeout = 5\n[transition-timeouts]\nSTOP = 11\n",
+        );
+        let s = resolve(DaemonArgs {
+            config: Some(toml),
+            no_leader_election: true,
+            ..Default::default()
+        })
+        .expect("toml");
+        assert_eq!(
+            s.bridge.namespaces,
+            NamespaceMode::Fixed {
+                namespace: "runs".into()
+            }
+        );
+        assert_eq!(s.bridge.kill_timeout, Duration::from_secs(5));
+        assert_eq!(
+            s.bridge.transition_timeout(Event::Stop),
+            Duration::from_secs(11)
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_the_reason() {
+        let (_d, bad) = write("d.yaml", "listn: 1.2.3.4:1\n");
+        let e = resolve(DaemonArgs {
+            config: Some(bad),
+            ..Default::default()
+        })
+        .err()
+        .expect("unknown key");
+        assert!(e.contains("listn"), "{e}");
+        let open = DaemonArgs {
+            listen: Some("0.0.0.0:50061".parse().expect("addr")),
+            ..Default::default()
+        };
+        let e = resolve(open).err().expect("insecure");
+        assert!(e.contains("without both a bearer token and TLS"), "{e}");
+        let e = resolve(DaemonArgs {
+            transition_timeouts: vec!["LAUNCH=3".into()],
+            ..Default::default()
+        })
+        .err()
+        .expect("event");
+        assert!(e.contains("LAUNCH"), "{e}");
+        assert!(port_range("9-3").is_err());
+    }
+
+    #[test]
+    fn the_shipped_deployment_config_parses() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/manifests/deploy/daemon-deployment.yaml"
+        ))
+        .expect("manifest");
+        let block: String = text
+            .split("daemon.yaml: |\n")
+            .nth(1)
+            .expect("config block")
+            .lines()
+            .take_while(|l| l.starts_with("    "))
+            .map(|l| format!("{}\n", &l[4..]))
+            .collect();
+        let f: FileConfig = serde_saphyr::from_str(&block).expect("parses");
+        assert_eq!(f.namespace_prefix.as_deref(), Some("envbridge-env-"));
+        assert_eq!(f.transition_timeouts.get("CONFIGURE"), Some(&120));
     }
 }

@@ -21,6 +21,9 @@ async fn metrics(State(b): State<Arc<Bridge>>) -> impl IntoResponse {
     let sizes = b.roster.sizes();
     b.metrics.roster_environments.set(sizes.environments as i64);
     b.metrics.roster_tasks.set(sizes.tasks as i64);
+    b.metrics
+        .roster_task_bytes
+        .set(b.roster.task_heap_bytes() as i64);
     (
         [(
             header::CONTENT_TYPE,

@@ -965,3 +965,235 @@ async fn watch_events_stream_roster_changes() {
     assert!(seen_env);
     assert_eq!(standby.len(), 3);
 }
+
+/// A child process killed when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The real thing: the render core on our manifests, the operator, and one task simulator per
+/// pod (`envbridge dev sim-runner`), driven through the daemon's API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_operator_a_rendered_readout_dataflow_runs_its_cycle_and_fails_fast() {
+    let ns = TestNamespace::new("daemon-e2e").await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    envbridge::install::crds(&ns.client).await.expect("CRDs");
+    envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
+        .await
+        .expect("TaskTemplates");
+    let suffix = support::random_suffix();
+    let (ok_id, bad_id) = (format!("ok{suffix}"), format!("bad{suffix}"));
+
+    let mut sims = Vec::new();
+    for id in [&ok_id, &bad_id] {
+        let selector =
+            format!("app.kubernetes.io/managed-by=envbridge,envbridge.dev/environment={id}");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+            .args(["dev", "sim-runner", "--in-process", "--selector", &selector])
+            .arg("--kubeconfig")
+            .arg(&ns.info.kubeconfig)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("sim-runner");
+        sims.push(Child(child));
+    }
+    let op_stop = tokio_util::sync::CancellationToken::new();
+    let op_args = envbridge::operator::OperatorArgs {
+        namespace: Some(ns.name.clone()),
+        no_leader_election: true,
+        connect_timeout_seconds: 20,
+        ..envbridge::operator::OperatorArgs::default()
+    };
+    let operator = tokio::spawn(envbridge::operator::run(
+        ns.client.clone(),
+        op_args,
+        op_stop.clone(),
+    ));
+
+    let mut cfg = fixed_ns(&ns.name);
+    cfg.tasks_dir = root.join("control-workflows/tasks");
+    cfg.workflows_dir = root.join("control-workflows/workflows");
+    cfg.defaults_files = vec![root.join("site/local.yaml")];
+    // Nodes are shared with other tests' environments: ports of our own, away from theirs.
+    let base = 52000 + (u16::from_str_radix(&suffix[..4], 16).unwrap_or(0) % 100) * 100;
+    cfg.control_ports = base..=base + 49;
+    cfg.tcp_ports = base + 50..=base + 99;
+    let renderer = envbridge::bridge::render::renderer(&cfg);
+    let d = Daemon::start(ns.client.clone(), cfg, renderer).await;
+    let mut api = d.client().await;
+    let hosts = r#"["flp001","flp002","flp003"]"#;
+    let create = |id: &str, extra: &[(&str, &str)]| {
+        let mut variables = HashMap::from([("hosts".to_string(), hosts.to_string())]);
+        variables.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        pb::CreateEnvironmentRequest {
+            workflow: "readout-dataflow".into(),
+            variables,
+            env_id: id.to_string(),
+            wait: true,
+            timeout_seconds: 120,
+            ..Default::default()
+        }
+    };
+    let c = api
+        .create_environment(create(&ok_id, &[]))
+        .await
+        .expect("create")
+        .into_inner();
+    assert_eq!(
+        (c.outcome.as_str(), c.nodes),
+        ("reached", 3),
+        "{} {:?}",
+        c.message,
+        c.failures
+    );
+    let env = api
+        .get_environment(pb::GetEnvironmentRequest { id: ok_id.clone() })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(env.tasks.len() as u32, c.tasks);
+    assert!(
+        env.tasks
+            .iter()
+            .all(|t| t.state == "STANDBY" && t.pod_phase == "Running")
+    );
+    for (event, args) in [
+        ("CONFIGURE", &[][..]),
+        (
+            "START",
+            &[("run_number", "7"), ("run_type", "TECHNICAL")][..],
+        ),
+        ("STOP", &[][..]),
+        ("RESET", &[][..]),
+    ] {
+        let r = api
+            .transition(transition(&ok_id, event, args))
+            .await
+            .expect(event)
+            .into_inner();
+        assert!(r.ok, "{event}: {} {:?}", r.message, r.failures);
+        assert_eq!(r.tasks, c.tasks);
+    }
+
+    // A task told to fail CONFIGURE (StfBuilder on flp002) fails the call at once, named.
+    let b = api
+        .create_environment(create(
+            &bad_id,
+            &[("sim_fail_host", "flp002"), ("sim_fail_on", "CONFIGURE")],
+        ))
+        .await
+        .expect("create")
+        .into_inner();
+    assert_eq!(b.outcome, "reached", "{}", b.message);
+    let mut req = transition(&bad_id, "CONFIGURE", &[]);
+    req.timeout_seconds = 0;
+    let started = Instant::now();
+    let r = api.transition(req).await.expect("transition").into_inner();
+    let took = started.elapsed();
+    assert!(!r.ok && r.outcome == "failed", "{r:?}");
+    assert_eq!(r.failures.len(), 1, "{:?}", r.failures);
+    assert_eq!(r.failures[0].node, "flp002");
+    assert!(r.failures[0].path.contains("stfb"), "{:?}", r.failures[0]);
+    assert!(
+        took < Duration::from_secs(2),
+        "failure reported after {took:?}"
+    );
+
+    for id in [&ok_id, &bad_id] {
+        let gone = api
+            .destroy_environment(pb::DestroyEnvironmentRequest {
+                id: id.to_string(),
+                wait: true,
+                timeout_seconds: 90,
+            })
+            .await
+            .expect("destroy")
+            .into_inner();
+        assert!(gone.gone, "{id}: {}", gone.message);
+    }
+    op_stop.cancel();
+    let _ = tokio::time::timeout(WAIT, operator).await;
+}
+
+/// The daemon works under its own ServiceAccount with manifests/deploy/daemon-rbac.yaml, and
+/// that RBAC does not let it write what it must not (Tasks, TaskTemplates).
+#[tokio::test]
+async fn the_daemon_runs_under_its_least_privilege_rbac() {
+    let ns = TestNamespace::new("daemon-rbac").await;
+    install_crds(&ns.client).await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    fixture::apply_manifest(&ns.client, &root.join("deploy/daemon-rbac.yaml")).await;
+    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let _sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
+    let sa = fixture::impersonating(
+        &ns.info.kubeconfig,
+        "system:serviceaccount:envbridge-system:envbridge-daemon",
+        &[
+            "system:serviceaccounts",
+            "system:serviceaccounts:envbridge-system",
+            "system:authenticated",
+        ],
+    )
+    .await;
+    let d = Daemon::start(sa.clone(), fixed_ns(&ns.name), test_renderer(&tpl.prefix)).await;
+    let mut api = d.client().await;
+    let c = api
+        .create_environment(create_req("", "flp001,flp002", 48300))
+        .await
+        .expect("create")
+        .into_inner();
+    assert_eq!(c.outcome, "reached", "{}", c.message);
+    let r = api
+        .transition(transition(&c.id, "CONFIGURE", &[]))
+        .await
+        .expect("configure")
+        .into_inner();
+    assert!(r.ok, "{}", r.message);
+    let victim = format!("{}-flp001-readout", c.id);
+    let k = api
+        .kill_task(pb::KillTaskRequest {
+            id: c.id.clone(),
+            task: victim,
+            timeout_seconds: 30,
+        })
+        .await
+        .expect("kill");
+    assert!(k.into_inner().gone);
+    let gone = api
+        .destroy_environment(pb::DestroyEnvironmentRequest {
+            id: c.id.clone(),
+            wait: true,
+            timeout_seconds: 60,
+        })
+        .await
+        .expect("destroy")
+        .into_inner();
+    assert!(gone.gone, "{}", gone.message);
+
+    // Least privilege: no writing Tasks (the operator's) or TaskTemplates (administrators').
+    let tasks: Api<Task> = Api::namespaced(sa.clone(), &ns.name);
+    let t = Task::new("forbidden", Default::default());
+    let denied = tasks
+        .create(&PostParams::default(), &t)
+        .await
+        .expect_err("create Task");
+    assert!(
+        matches!(denied, kube::Error::Api(ref s) if s.code == 403),
+        "{denied}"
+    );
+    let tts: Api<envbridge::crd::TaskTemplate> = Api::all(sa);
+    let denied = tts
+        .delete(&format!("{}-readout", tpl.prefix), &DeleteParams::default())
+        .await
+        .expect_err("delete TaskTemplate");
+    assert!(
+        matches!(denied, kube::Error::Api(ref s) if s.code == 403),
+        "{denied}"
+    );
+}

@@ -318,3 +318,49 @@ pub fn free_port() -> u16 {
         .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
         .expect("a free port")
 }
+
+/// Server-side applies every document of a YAML manifest (kinds found by discovery).
+pub async fn apply_manifest(client: &Client, path: &std::path::Path) {
+    use kube::api::DynamicObject;
+    use kube::core::GroupVersionKind;
+    use kube::discovery::pinned_kind;
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        let obj: DynamicObject = serde_json::from_value(doc.clone()).expect("object");
+        let tm = obj.types.clone().expect("apiVersion and kind");
+        let (group, version) = tm
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", tm.api_version.as_str()));
+        let (ar, caps) = pinned_kind(client, &GroupVersionKind::gvk(group, version, &tm.kind))
+            .await
+            .expect("discovery");
+        let name = obj.metadata.name.clone().expect("name");
+        let api: Api<DynamicObject> = match (&caps.scope, obj.metadata.namespace.as_deref()) {
+            (kube::discovery::Scope::Namespaced, Some(ns)) => {
+                Api::namespaced_with(client.clone(), ns, &ar)
+            }
+            _ => Api::all_with(client.clone(), &ar),
+        };
+        api.patch(
+            &name,
+            &PatchParams::apply("envbridge-tests").force(),
+            &Patch::Apply(&doc),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply {} {name}: {e}", tm.kind));
+    }
+}
+
+/// A client acting as `user` (impersonation): its RBAC applies, not the admin's.
+pub async fn impersonating(kubeconfig: &std::path::Path, user: &str, groups: &[&str]) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    cfg.auth_info.impersonate = Some(user.into());
+    cfg.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+    Client::try_from(cfg).expect("client")
+}
