@@ -44,8 +44,12 @@ pub fn run(args: DemoArgs) -> ExitCode {
     };
     let started_plane = !matches!(envbridge::dev::current(), Ok(Some(_)));
     let mut children = Children::default();
-    let outcome = rt.block_on(demo(&args, &mut children));
+    let mut live = Live::default();
+    let outcome = rt.block_on(demo(&args, &mut children, &mut live));
     step("cleaning up what the demo started");
+    if outcome.is_err() {
+        rt.block_on(live.destroy_all());
+    }
     children.stop();
     if started_plane && !args.keep_cluster {
         match envbridge::dev::down() {
@@ -75,19 +79,53 @@ fn say(what: &str) {
     println!("    {what}");
 }
 
-async fn demo(args: &DemoArgs, children: &mut Children) -> Result<serde_json::Value, String> {
-    step(&format!("local control plane with {} simulated FLP nodes", args.nodes));
+/// What must not outlive a failed demo: the environments it created, and the client to destroy them.
+#[derive(Default)]
+struct Live {
+    api: Option<Client>,
+    environments: Vec<String>,
+}
+
+impl Live {
+    async fn destroy_all(&mut self) {
+        let Some(api) = self.api.as_mut() else { return };
+        for id in std::mem::take(&mut self.environments) {
+            let done = tokio::time::timeout(Duration::from_secs(60), destroy(api, &id)).await;
+            match done {
+                Ok(Ok(())) => say(&format!("environment {id} destroyed")),
+                Ok(Err(e)) => eprintln!("warning: {e}"),
+                Err(_) => eprintln!("warning: destroying {id} did not finish within 60 s"),
+            }
+        }
+    }
+}
+
+async fn demo(
+    args: &DemoArgs,
+    children: &mut Children,
+    live: &mut Live,
+) -> Result<serde_json::Value, String> {
+    step(&format!(
+        "local control plane with {} simulated FLP nodes",
+        args.nodes
+    ));
     let t = Instant::now();
     let info = envbridge::dev::ensure_up(args.nodes)
         .await
         .map_err(|e| format!("the local control plane: {e}"))?;
-    say(&format!("apiserver {} ready in {} ms", info.server, t.elapsed().as_millis()));
+    say(&format!(
+        "apiserver {} ready in {} ms",
+        info.server,
+        t.elapsed().as_millis()
+    ));
     let kube = envbridge::dev::client_for(&info.kubeconfig)
         .await
         .map_err(|e| e.to_string())?;
 
     step("installing the CRDs and TaskTemplates");
-    envbridge::install::crds(&kube).await.map_err(|e| e.to_string())?;
+    envbridge::install::crds(&kube)
+        .await
+        .map_err(|e| e.to_string())?;
     let templates = args.manifests.join("task-templates");
     let names = envbridge::install::task_templates(&kube, &templates)
         .await
@@ -121,19 +159,38 @@ async fn demo(args: &DemoArgs, children: &mut Children) -> Result<serde_json::Va
         format!("--log-dir={}", run_dir.join("simulators").display()),
     ];
     children.spawn(&exe, "sim-runner", &sim_args, &run_dir, &kubeconfig)?;
-    children.spawn(&exe, "operator", &["operator".to_string()], &run_dir, &kubeconfig)?;
+    children.spawn(
+        &exe,
+        "operator",
+        &["operator".to_string()],
+        &run_dir,
+        &kubeconfig,
+    )?;
     children.spawn(&exe, "daemon", &daemon_args, &run_dir, &kubeconfig)?;
     say(&format!("logs in {}", run_dir.display()));
-    let mut api = connect_with_retry(&format!("http://127.0.0.1:{port}"), children).await?;
+    let api = connect_with_retry(&format!("http://127.0.0.1:{port}"), children).await?;
+    let api = live.api.insert(api);
     say(&format!("daemon serving on 127.0.0.1:{port}"));
 
     let hosts: Vec<String> = (1..=args.nodes).map(|i| format!("flp{i:03}")).collect();
     let hosts_json = serde_json::to_string(&hosts).map_err(|e| e.to_string())?;
-    let kubectl = Kubectl { bin: info.kubectl.clone(), kubeconfig: info.kubeconfig.clone() };
+    let kubectl = Kubectl {
+        bin: info.kubectl.clone(),
+        kubeconfig: info.kubeconfig.clone(),
+    };
 
-    step(&format!("creating a readout-dataflow environment on {}", hosts.join(", ")));
+    step(&format!(
+        "creating a readout-dataflow environment on {}",
+        hosts.join(", ")
+    ));
     let t = Instant::now();
-    let created = create(&mut api, "demo", &[("hosts", hosts_json.as_str())]).await?;
+    let created = create(
+        api,
+        &mut live.environments,
+        "demo",
+        &[("hosts", hosts_json.as_str())],
+    )
+    .await?;
     say(&format!(
         "environment {} in namespace {}: {} tasks on {} nodes, all STANDBY in {} ms",
         created.id,
@@ -153,27 +210,35 @@ async fn demo(args: &DemoArgs, children: &mut Children) -> Result<serde_json::Va
     ] {
         step(event);
         let t = Instant::now();
-        let reply = transition(&mut api, &created.id, event, &run_args).await?;
+        let reply = transition(api, &created.id, event, &run_args).await?;
         let ms = t.elapsed().as_millis() as u64;
         if !reply.ok {
             return Err(format!("{event} failed: {}", describe_failures(&reply)));
         }
-        say(&format!("{} tasks {} in {ms} ms", reply.tasks, reply.target_state));
+        say(&format!(
+            "{} tasks {} in {ms} ms",
+            reply.tasks, reply.target_state
+        ));
         kubectl.show(&created.namespace);
         timings.insert(event.to_string(), json!(ms));
     }
 
     step("destroying the environment");
     let t = Instant::now();
-    destroy(&mut api, &created.id).await?;
-    say(&format!("tasks, pods and services gone in {} ms", t.elapsed().as_millis()));
+    destroy(api, &created.id).await?;
+    live.environments.retain(|id| id != &created.id);
+    say(&format!(
+        "tasks, pods and services gone in {} ms",
+        t.elapsed().as_millis()
+    ));
 
     let bad_host = &hosts[(FAILING_HOST_INDEX.min(args.nodes) - 1) as usize];
     step(&format!(
         "failure: a second environment whose StfBuilder on {bad_host} is told to fail CONFIGURE"
     ));
     let failing = create(
-        &mut api,
+        api,
+        &mut live.environments,
         "demo-failure",
         &[
             ("hosts", hosts_json.as_str()),
@@ -183,20 +248,19 @@ async fn demo(args: &DemoArgs, children: &mut Children) -> Result<serde_json::Va
     )
     .await?;
     let t = Instant::now();
-    let reply = transition(&mut api, &failing.id, "CONFIGURE", &[]).await?;
+    let reply = transition(api, &failing.id, "CONFIGURE", &[]).await?;
     let failure_ms = t.elapsed().as_millis() as u64;
-    let failed = reply
-        .failures
-        .iter()
-        .find(|f| f.critical)
-        .ok_or_else(|| "CONFIGURE was expected to fail, but reported no failing task".to_string())?;
+    let failed = reply.failures.iter().find(|f| f.critical).ok_or_else(|| {
+        "CONFIGURE was expected to fail, but reported no failing task".to_string()
+    })?;
     say(&format!(
         "CONFIGURE failed after {failure_ms} ms: task {} on {}: {}",
         failed.task, failed.node, failed.message
     ));
     kubectl.show(&failing.namespace);
     let failed_task = failed.task.clone();
-    destroy(&mut api, &failing.id).await?;
+    destroy(api, &failing.id).await?;
+    live.environments.retain(|id| id != &failing.id);
     say("failed environment destroyed");
 
     Ok(json!({
@@ -236,10 +300,19 @@ async fn connect_with_retry(addr: &str, children: &mut Children) -> Result<Clien
     }
 }
 
-async fn create(api: &mut Client, id: &str, vars: &[(&str, &str)]) -> Result<pb::CreateEnvironmentReply, String> {
+async fn create(
+    api: &mut Client,
+    live: &mut Vec<String>,
+    id: &str,
+    vars: &[(&str, &str)],
+) -> Result<pb::CreateEnvironmentReply, String> {
+    live.push(id.to_string());
     let req = pb::CreateEnvironmentRequest {
         workflow: "readout-dataflow".into(),
-        variables: vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        variables: vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         env_id: id.into(),
         wait: true,
         ..Default::default()
@@ -250,8 +323,15 @@ async fn create(api: &mut Client, id: &str, vars: &[(&str, &str)]) -> Result<pb:
         .map_err(|s| format!("creating environment {id}: {}", s.message()))?
         .into_inner();
     if !reply.failures.is_empty() {
-        let names: Vec<String> = reply.failures.iter().map(|f| format!("{}: {}", f.task, f.message)).collect();
-        return Err(format!("environment {id} did not reach STANDBY: {}", names.join("; ")));
+        let names: Vec<String> = reply
+            .failures
+            .iter()
+            .map(|f| format!("{}: {}", f.task, f.message))
+            .collect();
+        return Err(format!(
+            "environment {id} did not reach STANDBY: {}",
+            names.join("; ")
+        ));
     }
     Ok(reply)
 }
@@ -265,7 +345,10 @@ async fn transition(
     let req = pb::TransitionRequest {
         id: id.into(),
         event: event.into(),
-        arguments: args.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        arguments: args
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         wait: true,
         ..Default::default()
     };
@@ -276,13 +359,21 @@ async fn transition(
 }
 
 async fn destroy(api: &mut Client, id: &str) -> Result<(), String> {
-    let req = pb::DestroyEnvironmentRequest { id: id.into(), wait: true, ..Default::default() };
+    let req = pb::DestroyEnvironmentRequest {
+        id: id.into(),
+        wait: true,
+        ..Default::default()
+    };
     let reply = api
         .destroy_environment(req)
         .await
         .map_err(|s| format!("destroying {id}: {}", s.message()))?
         .into_inner();
-    if reply.gone { Ok(()) } else { Err(format!("destroying {id}: {}", reply.message)) }
+    if reply.gone {
+        Ok(())
+    } else {
+        Err(format!("destroying {id}: {}", reply.message))
+    }
 }
 
 /// The built kubectl, to show what `kubectl get environments,tasks` shows at each step.
@@ -319,7 +410,14 @@ struct Children {
 }
 
 impl Children {
-    fn spawn(&mut self, exe: &Path, name: &str, args: &[String], dir: &Path, kubeconfig: &str) -> Result<(), String> {
+    fn spawn(
+        &mut self,
+        exe: &Path,
+        name: &str,
+        args: &[String],
+        dir: &Path,
+        kubeconfig: &str,
+    ) -> Result<(), String> {
         let log = dir.join(format!("{name}.log"));
         let pid = process::spawn_with_env(exe, args, &log, dir, &[("KUBECONFIG", kubeconfig)])
             .map_err(|e| format!("starting {name}: {e}"))?;
@@ -331,9 +429,16 @@ impl Children {
     /// A child that already exited, described with the end of its log.
     fn first_dead(&self) -> Option<String> {
         let exe = std::env::current_exe().ok()?;
-        self.running.iter().find(|(_, pid, _)| !process::alive(*pid, &exe)).map(|(name, _, log)| {
-            format!("{name} exited early; end of {}:\n{}", log.display(), process::log_tail(log, 20))
-        })
+        self.running
+            .iter()
+            .find(|(_, pid, _)| !process::alive(*pid, &exe))
+            .map(|(name, _, log)| {
+                format!(
+                    "{name} exited early; end of {}:\n{}",
+                    log.display(),
+                    process::log_tail(log, 20)
+                )
+            })
     }
 
     fn stop(&mut self) {

@@ -138,7 +138,8 @@ pub(super) async fn connect_to(
     token: Option<&str>,
     ca_cert: Option<&std::path::Path>,
 ) -> Result<Client, String> {
-    let mut ep = Channel::from_shared(addr.to_string()).map_err(|e| format!("address {addr}: {e}"))?;
+    let mut ep =
+        Channel::from_shared(addr.to_string()).map_err(|e| format!("address {addr}: {e}"))?;
     if addr.starts_with("https://") {
         let mut tls = ClientTlsConfig::new();
         if let Some(ca) = ca_cert {
