@@ -4,8 +4,14 @@
 //! Kubernetes edges: [`bridge`] (the daemon's), [`operator`] (the cluster side), [`dev`]
 //! (the local control plane).
 
+pub mod bridge;
+pub mod control;
 pub mod crd;
 pub mod dev;
+pub mod install;
+pub mod operator;
 pub mod plan;
+pub mod roster;
+pub mod server;
 pub mod state;
 pub mod workflow;

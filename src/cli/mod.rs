@@ -4,6 +4,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod daemon;
+mod demo;
+mod env;
 mod render;
 
 #[derive(Parser, Debug)]
@@ -24,6 +27,16 @@ pub enum Command {
     /// The local control plane (etcd, kube-apiserver, kube-controller-manager, kwok).
     #[command(subcommand)]
     Dev(envbridge::dev::DevCommand),
+    /// Client of the daemon: create, list, get, transition, destroy, kill-task, events.
+    Env(env::EnvArgs),
+    /// Run the bridge daemon (gRPC API, watches, roster).
+    Daemon(Box<daemon::DaemonArgs>),
+    /// The cluster side: Environment -> Tasks -> Pods (leader-elected controller).
+    Operator(envbridge::operator::OperatorArgs),
+    /// Run a task SIMULATOR: a stand-in task process speaking the control protocol.
+    TaskSim(envbridge::control::sim::TaskSimArgs),
+    /// The whole system end to end on the local control plane (the README's first command).
+    Demo(demo::DemoArgs),
     /// Render a workflow into the objects to apply (or `-o tasks`: the resolved task view).
     Render(render::RenderArgs),
 }
@@ -32,6 +45,11 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Crd => render::write_stdout(&envbridge::crd::all_yaml()),
         Command::Dev(cmd) => envbridge::dev::run(cmd),
+        Command::Env(args) => env::run(args),
+        Command::Daemon(args) => daemon::run(*args),
+        Command::Operator(args) => envbridge::operator::run_cli(args),
+        Command::TaskSim(args) => envbridge::control::sim::run(args),
         Command::Render(args) => render::run(args),
+        Command::Demo(args) => demo::run(args),
     }
 }

@@ -1,13 +1,44 @@
 //! The local control plane: builds and runs a real kube-apiserver, etcd,
 //! kube-controller-manager and kwok on 127.0.0.1 (see docs/local-control-plane.md).
+//!
+//! Library entry points for tests, benchmarks and the demo: [`ensure_up`] (start or reuse,
+//! serialised by a file lock), [`client`], [`down`].
+
+pub mod addressing;
+pub mod binaries;
+mod error;
+pub mod kubeconfig;
+mod nodes;
+mod paths;
+mod pki;
+mod plane;
+pub mod process;
+pub mod stages;
+mod state;
 
 use std::process::ExitCode;
+
+pub mod sim_runner;
+
+pub use error::{DevError, Result};
+pub use plane::{ClusterInfo, client_for, current, down, ensure_up};
+
+/// Default number of simulated nodes.
+pub const DEFAULT_NODES: u32 = 4;
+
+/// A kube client for the running control plane (error when none is recorded).
+pub async fn client() -> Result<kube::Client> {
+    let info = current()?.ok_or_else(|| {
+        DevError::NotReady("no control plane is running: `envbridge dev up`".into())
+    })?;
+    client_for(&info.kubeconfig).await
+}
 
 #[derive(clap::Subcommand, Debug)]
 pub enum DevCommand {
     /// Start (or reuse) the local control plane.
     Up {
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = DEFAULT_NODES)]
         nodes: u32,
     },
     /// Stop every process it started and remove its state.
@@ -19,9 +50,121 @@ pub enum DevCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run one task simulator per simulated (kwok) pod, on the pod's IP and control port.
+    SimRunner(sim_runner::SimRunnerArgs),
 }
 
-pub fn run(_cmd: DevCommand) -> ExitCode {
-    eprintln!("error: not implemented yet");
-    ExitCode::from(2)
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
+fn fail(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::FAILURE
+}
+
+pub fn run(cmd: DevCommand) -> ExitCode {
+    match cmd {
+        DevCommand::SimRunner(args) => sim_runner::run(args),
+        DevCommand::Up { nodes } => {
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(e) => return fail(e),
+            };
+            match rt.block_on(ensure_up(nodes)) {
+                Ok(info) => {
+                    eprintln!(
+                        "envbridge: {} with {} node(s); kubectl: envbridge dev kubectl get nodes -o wide",
+                        info.server, info.nodes
+                    );
+                    println!("export KUBECONFIG={}", info.kubeconfig.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+        DevCommand::Down => match down() {
+            Ok(true) => {
+                eprintln!("envbridge: control plane stopped, state removed");
+                ExitCode::SUCCESS
+            }
+            Ok(false) => {
+                eprintln!("envbridge: no control plane was running");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        },
+        DevCommand::Status => {
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(e) => return fail(e),
+            };
+            match rt.block_on(plane::status()) {
+                Ok(st) => print_status(&st),
+                Err(e) => fail(e),
+            }
+        }
+        DevCommand::Kubectl { args } => kubectl(&args),
+    }
+}
+
+fn print_status(st: &plane::Status) -> ExitCode {
+    let Some(state) = &st.state else {
+        println!(
+            "control plane: down (no state in {})",
+            paths::state_dir().display()
+        );
+        return ExitCode::FAILURE;
+    };
+    println!(
+        "control plane: {} (state {})",
+        if st.up() { "up" } else { "DEGRADED" },
+        paths::state_dir().display()
+    );
+    println!("binaries: {} ({})", state.bin_dir.display(), state.versions);
+    println!("kubeconfig: {}", state.kubeconfig.display());
+    println!(
+        "kube-apiserver: https://127.0.0.1:{} readyz={}",
+        state.apiserver_port,
+        if st.ready { "ok" } else { "failing" }
+    );
+    println!(
+        "etcd: http://127.0.0.1:{} (peer {})",
+        state.etcd_client_port, state.etcd_peer_port
+    );
+    for (c, alive) in &st.alive {
+        println!(
+            "{}: pid {} {} log {}",
+            c.name,
+            c.pid,
+            if *alive { "running" } else { "NOT RUNNING" },
+            c.log.display()
+        );
+    }
+    match st.nodes_ready {
+        Some((ready, total)) => println!("nodes: {total} ({ready} Ready)"),
+        None => println!("nodes: unknown"),
+    }
+    if st.up() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn kubectl(args: &[String]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let info = match current() {
+        Ok(Some(info)) => info,
+        Ok(None) => return fail("no control plane is running: `envbridge dev up` first"),
+        Err(e) => return fail(e),
+    };
+    let err = std::process::Command::new(&info.kubectl)
+        .arg(format!("--kubeconfig={}", info.kubeconfig.display()))
+        .args(args)
+        .exec();
+    fail(format!("running {}: {err}", info.kubectl.display()))
 }

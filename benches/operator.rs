@@ -1,0 +1,581 @@
+//! Operator benchmark (printed figures, not a timed test): an Environment of N tasks on M
+//! simulated nodes (default 2,000 on 250) -> all Tasks and Pods created and STANDBY.
+//!
+//! In the same run, the raw floor: a bare client creating the same objects (Task, Pod,
+//! Service per task, the same bodies), waiting for the pods to run, and writing each Task's
+//! status once. Figures: wall time, apiserver requests, operator peak RSS (VmHWM of the
+//! `envbridge operator` child process), and the ratio to the floor.
+//!
+//! Run: `cargo bench --bench operator` (starts or reuses the local control plane; grows it to
+//! BENCH_NODES nodes). BENCH_NODES, BENCH_TASKS_PER_NODE, BENCH_CONCURRENCY adjust it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envbridge::control::sim::{SimConfig, SimMode, Simulator, bind, serve};
+use envbridge::crd::{
+    Environment, EnvironmentSpec, Task, TaskSet, TaskSetRef, TaskSetSpec, TaskStatus, TaskTemplate,
+};
+use envbridge::operator::names::{task_annotations, task_labels};
+use envbridge::operator::pod::{PodSettings, build_pod};
+use envbridge::operator::requests::{RequestCount, counting_client};
+use envbridge::operator::service::build_service;
+use envbridge::operator::task_sets::{build_task, tasks_sha256};
+use envbridge::plan::{ControlMode, EnvVar, TaskRef};
+use envbridge::state::State;
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::pinned_kind;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Config, CustomResourceExt, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+type Res<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const CLASSES: [(&str, ControlMode); 3] = [
+    ("readout", ControlMode::Direct),
+    ("stfbuilder-senderoutput", ControlMode::Fairmq),
+    ("stfsender", ControlMode::Fairmq),
+];
+const DISCOVERY_PORT: u16 = 47000;
+const TIMEOUT: Duration = Duration::from_secs(900);
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() -> Res {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run())
+}
+
+async fn run() -> Res {
+    let nodes = env_num("BENCH_NODES", 250);
+    let per_node = env_num("BENCH_TASKS_PER_NODE", 8);
+    let concurrency = env_num("BENCH_CONCURRENCY", 64);
+    println!(
+        "operator benchmark: {} tasks on {nodes} nodes",
+        nodes * per_node
+    );
+    let info = envbridge::dev::ensure_up(nodes as u32).await?;
+    let admin = envbridge::dev::client_for(&info.kubeconfig).await?;
+    install(&admin).await?;
+    let suffix = std::process::id();
+
+    // The raw floor.
+    let floor_ns = format!("bench-floor-{suffix}");
+    create_ns(&admin, &floor_ns).await?;
+    let refs = task_refs("bf", nodes, per_node);
+    let count = Arc::new(RequestCount::default());
+    let kc = kube::config::Kubeconfig::read_from(&info.kubeconfig)?;
+    let counted = counting_client(
+        Config::from_custom_kubeconfig(kc, &Default::default()).await?,
+        count.clone(),
+    )?;
+    let t0 = Instant::now();
+    floor(&counted, &floor_ns, &refs, concurrency).await?;
+    let floor_time = t0.elapsed();
+    let floor_requests = count.total();
+    println!(
+        "floor: {:.2?} wall, {floor_requests} apiserver requests",
+        floor_time
+    );
+    delete_ns(&admin, &floor_ns).await?;
+
+    // The operator (a child process, as deployed), with task simulators for its pods.
+    let op_ns = format!("bench-op-{suffix}");
+    create_ns(&admin, &op_ns).await?;
+    let sims = Sims::start(admin.clone(), op_ns.clone());
+    let log = std::env::temp_dir().join(format!("envbridge-bench-operator-{suffix}.log"));
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+        .args(["operator", "--no-leader-election", "--namespace", &op_ns])
+        .args(["--headless-discovery-port", &DISCOVERY_PORT.to_string()])
+        .env("KUBECONFIG", &info.kubeconfig)
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(&log)?)
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().ok_or("operator exited at once")?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let refs = task_refs("bo", nodes, per_node);
+    let t0 = Instant::now();
+    deploy(&admin, &op_ns, "bo", &refs).await?;
+    let total = refs.len();
+    wait_standby(&admin, &op_ns, "bo", total).await?;
+    let op_time = t0.elapsed();
+    let pods = Api::<Pod>::namespaced(admin.clone(), &op_ns)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .len();
+    let rss_kib = peak_rss_kib(pid);
+    let t1 = Instant::now();
+    Api::<Environment>::namespaced(admin.clone(), &op_ns)
+        .delete("bo", &DeleteParams::default())
+        .await?;
+    wait_gone(&admin, &op_ns).await?;
+    let teardown = t1.elapsed();
+    // SIGTERM (graceful): the operator logs its request count on the way out.
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    sims.stop().await;
+    delete_ns(&admin, &op_ns).await?;
+    let text = std::fs::read_to_string(&log)?;
+    let op_requests = field(&text, "apiserver_requests=").unwrap_or(0);
+    let setup_requests = op_requests; // includes the teardown: reported separately below
+
+    let ratio = op_time.as_secs_f64() / floor_time.as_secs_f64();
+    println!(
+        "operator: {:.2?} wall to {total}/{total} STANDBY ({pods} pods), ratio to floor {ratio:.2}",
+        op_time
+    );
+    println!(
+        "operator: {setup_requests} apiserver requests over the whole run (deploy + STANDBY + teardown), floor {floor_requests}"
+    );
+    println!("operator: peak RSS {:.1} MiB", rss_kib as f64 / 1024.0);
+    println!(
+        "operator: teardown (Environment deleted -> no Task/Pod/Service left) {:.2?}",
+        teardown
+    );
+    println!(
+        "{}",
+        json!({"tasks": total, "nodes": nodes, "floor_ms": floor_time.as_millis() as u64, "floor_requests": floor_requests,
+               "operator_ms": op_time.as_millis() as u64, "operator_requests": op_requests, "ratio": (ratio * 100.0).round() / 100.0,
+               "operator_peak_rss_mib": (rss_kib as f64 / 1024.0).round(), "teardown_ms": teardown.as_millis() as u64})
+    );
+    Ok(())
+}
+
+fn field(text: &str, key: &str) -> Option<u64> {
+    let plain = strip_ansi(text);
+    let at = plain.rfind(key)? + key.len();
+    plain[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut esc = false;
+    for c in s.chars() {
+        match (esc, c) {
+            (false, '\u{1b}') => esc = true,
+            (true, 'm') => esc = false,
+            (true, _) => {}
+            (false, c) => out.push(c),
+        }
+    }
+    out
+}
+
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn task_refs(env: &str, nodes: usize, per_node: usize) -> Vec<TaskRef> {
+    let mut out = Vec::with_capacity(nodes * per_node);
+    for n in 1..=nodes {
+        let host = format!("flp{n:03}");
+        for i in 0..per_node {
+            let (class, mode) = CLASSES[i % CLASSES.len()];
+            let name = format!("{env}-{host}-{class}-{i}");
+            out.push(TaskRef {
+                name: name.clone(),
+                id: name,
+                path: format!("readout-dataflow.host-{host}.{class}{i}"),
+                class: class.into(),
+                node: host.clone(),
+                template: class.into(),
+                control_mode: mode,
+                control_port: 47100 + i as u16,
+                critical: true,
+                command: format!("/opt/o2/bin/{class}"),
+                env: vec![
+                    EnvVar {
+                        name: "O2_ROLE".into(),
+                        value: host.clone(),
+                    },
+                    EnvVar {
+                        name: "O2_SYSTEM".into(),
+                        value: "FLP".into(),
+                    },
+                    EnvVar {
+                        name: "O2_PARTITION".into(),
+                        value: env.into(),
+                    },
+                ],
+                args: vec![
+                    "--session=default".into(),
+                    "--monitoring-backend=no-op://".into(),
+                ],
+                channels: BTreeMap::from([
+                    (
+                        format!("chans.{class}.0.address"),
+                        format!("ipc://@{env}-{host}-{i}"),
+                    ),
+                    (format!("chans.{class}.0.method"), "bind".into()),
+                    (format!("chans.{class}.0.transport"), "shmem".into()),
+                    (format!("chans.{class}.numSockets"), "1".into()),
+                ]),
+                ..Default::default()
+            });
+        }
+    }
+    out
+}
+
+/// The bare client: the same Task, Pod and Service bodies, created directly, then one status
+/// write per Task once its pod runs.
+async fn floor(client: &Client, ns: &str, refs: &[TaskRef], concurrency: usize) -> Res {
+    let templates: Api<TaskTemplate> = Api::all(client.clone());
+    let mut tmpl = BTreeMap::new();
+    for (class, _) in CLASSES {
+        tmpl.insert(class, templates.get(class).await?);
+    }
+    let owner = Environment::new("bf", EnvironmentSpec::default());
+    let settings = PodSettings {
+        home_base: "/home".into(),
+        default_user: "flp".into(),
+        fairmq_plugin_dir: "/opt/occ".into(),
+    };
+    let tasks: Api<Task> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
+    let pp = PostParams::default();
+    let created: Vec<Task> = stream::iter(refs.iter().cloned())
+        .map(|r| {
+            let (tasks, pods, svcs, pp, tmpl, settings) =
+                (&tasks, &pods, &svcs, &pp, &tmpl, &settings);
+            let mut owner = owner.clone();
+            owner.metadata.namespace = Some(ns.into());
+            async move {
+                let mut t = build_task(&owner, &r);
+                t.metadata.finalizers = None;
+                t.metadata.owner_references = None;
+                let t = tasks.create(pp, &t).await?;
+                let labels = task_labels("bf", &r);
+                let tt = &tmpl[r.class.as_str()];
+                let node = format!("{}.cluster.local", r.node);
+                let pod = build_pod(
+                    &t,
+                    &r.template,
+                    &tt.spec,
+                    &node,
+                    &labels,
+                    &task_annotations(&r),
+                    settings,
+                )?;
+                pods.create(pp, &pod).await?;
+                svcs.create(pp, &build_service(&t, &labels, DISCOVERY_PORT))
+                    .await?;
+                Ok::<Task, Box<dyn std::error::Error + Send + Sync>>(t)
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect()
+        .await?;
+    // Wait (watch) until every pod runs with an IP, then write each Task's status once.
+    let mut ips: BTreeMap<String, String> = BTreeMap::new();
+    let mut w = watcher(pods.clone(), watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    while ips.len() < refs.len() {
+        let pod = tokio::time::timeout(TIMEOUT, w.try_next())
+            .await??
+            .ok_or("pod watch ended")?;
+        let st = pod.status.as_ref();
+        if st.and_then(|s| s.phase.as_deref()) == Some("Running")
+            && let Some(ip) = st.and_then(|s| s.pod_ip.clone())
+        {
+            ips.insert(pod.name_any(), ip);
+        }
+    }
+    drop(w);
+    let ppa = PatchParams::apply("envbridge-bench-floor").force();
+    stream::iter(created)
+        .map(|t| {
+            let tasks = &tasks;
+            let ppa = &ppa;
+            let ip = ips.get(&t.name_any()).cloned();
+            async move {
+                let status = TaskStatus {
+                    state: Some(State::Standby),
+                    pod_phase: Some("Running".into()),
+                    pod_ip: ip,
+                    node_name: Some(format!("{}.cluster.local", t.spec.task.node)),
+                    ..Default::default()
+                };
+                let patch = json!({"apiVersion": "envbridge.dev/v1alpha1", "kind": "Task", "status": status});
+                tasks.patch_status(&t.name_any(), ppa, &Patch::Apply(&patch)).await?;
+                Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+async fn deploy(admin: &Client, ns: &str, name: &str, refs: &[TaskRef]) -> Res {
+    let pp = PatchParams::apply("envbridge-bench").force();
+    let sets: Api<TaskSet> = Api::namespaced(admin.clone(), ns);
+    let mut set_refs = Vec::new();
+    // One TaskSet per 25 nodes (200 tasks, well under 1 MiB).
+    for (i, chunk) in refs.chunks(200).enumerate() {
+        let set_name = format!("{name}-{i}");
+        let set = TaskSet::new(
+            &set_name,
+            TaskSetSpec {
+                environment: name.into(),
+                tasks: chunk.to_vec(),
+            },
+        );
+        sets.patch(&set_name, &pp, &Patch::Apply(&set)).await?;
+        set_refs.push(TaskSetRef {
+            name: set_name,
+            sha256: tasks_sha256(chunk),
+            tasks: chunk.len() as u32,
+        });
+    }
+    let nodes: HashSet<&str> = refs.iter().map(|r| r.node.as_str()).collect();
+    let env = Environment::new(
+        name,
+        EnvironmentSpec {
+            id: name.into(),
+            workflow: "readout-dataflow".into(),
+            nodes: nodes.len() as u32,
+            tasks: refs.len() as u32,
+            task_sets: set_refs,
+            desired_state: State::Standby,
+            ..Default::default()
+        },
+    );
+    Api::<Environment>::namespaced(admin.clone(), ns)
+        .patch(name, &pp, &Patch::Apply(&env))
+        .await?;
+    Ok(())
+}
+
+async fn wait_standby(admin: &Client, ns: &str, name: &str, total: usize) -> Res {
+    let api: Api<Environment> = Api::namespaced(admin.clone(), ns);
+    let want = format!("{total}/{total}");
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut w = watcher(api, cfg).applied_objects().boxed();
+    let mut last = String::new();
+    loop {
+        let env = tokio::time::timeout(TIMEOUT, w.try_next())
+            .await??
+            .ok_or("environment watch ended")?;
+        let st = env.status.unwrap_or_default();
+        let ready = st.ready.clone().unwrap_or_default();
+        if ready != last {
+            last = ready.clone();
+        }
+        if st.state == Some(State::Standby) && ready == want {
+            return Ok(());
+        }
+    }
+}
+
+async fn wait_gone(admin: &Client, ns: &str) -> Res {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let lp = ListParams::default().limit(1);
+        let n = Api::<Environment>::namespaced(admin.clone(), ns)
+            .list(&lp)
+            .await?
+            .items
+            .len()
+            + Api::<Task>::namespaced(admin.clone(), ns)
+                .list(&lp)
+                .await?
+                .items
+                .len()
+            + Api::<Pod>::namespaced(admin.clone(), ns)
+                .list(&lp)
+                .await?
+                .items
+                .len()
+            + Api::<Service>::namespaced(admin.clone(), ns)
+                .list(&lp)
+                .await?
+                .items
+                .len();
+        if n == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err("teardown did not finish".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn create_ns(admin: &Client, name: &str) -> Res {
+    let ns: Namespace = serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {"envbridge.dev/bench": "true"}}}),
+    )?;
+    Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Ok(())
+}
+
+async fn delete_ns(admin: &Client, name: &str) -> Res {
+    let _ = Api::<Namespace>::all(admin.clone())
+        .delete(name, &DeleteParams::background())
+        .await;
+    Ok(())
+}
+
+async fn install(admin: &Client) -> Res {
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    let pp = PatchParams::apply("envbridge-bench").force();
+    for crd in [
+        Environment::crd(),
+        TaskSet::crd(),
+        Task::crd(),
+        TaskTemplate::crd(),
+    ] {
+        crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
+            .await?;
+        let cond = kube::runtime::conditions::is_crd_established();
+        tokio::time::timeout(
+            TIMEOUT,
+            kube::runtime::wait::await_condition(crds.clone(), &crd.name_any(), cond),
+        )
+        .await??;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    for (class, _) in CLASSES {
+        apply_file(admin, &root.join(format!("task-templates/{class}.yaml"))).await?;
+    }
+    Ok(())
+}
+
+async fn apply_file(client: &Client, path: &Path) -> Res {
+    let text = std::fs::read_to_string(path)?;
+    for doc in serde_saphyr::from_multiple::<serde_json::Value>(&text)? {
+        let obj: DynamicObject = serde_json::from_value(doc.clone())?;
+        let tm = obj
+            .types
+            .clone()
+            .ok_or("document without apiVersion/kind")?;
+        let (group, version) = tm
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", tm.api_version.as_str()));
+        let (ar, _) = pinned_kind(client, &GroupVersionKind::gvk(group, version, &tm.kind)).await?;
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        api.patch(
+            &obj.name_any(),
+            &PatchParams::apply("envbridge-bench").force(),
+            &Patch::Apply(&doc),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Task simulators for the operator's pods (what `envbridge dev sim-runner --in-process`
+/// does), one per Running pod on `<podIP>:$OCC_CONTROL_PORT`.
+struct Sims {
+    stop: CancellationToken,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl Sims {
+    fn start(client: Client, ns: String) -> Sims {
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let handle = tokio::spawn(async move {
+            let pods: Api<Pod> = Api::namespaced(client, &ns);
+            let mut served = HashSet::new();
+            let mut w = watcher(pods, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            loop {
+                let next = tokio::select! {
+                    _ = token.cancelled() => return,
+                    n = w.next() => n,
+                };
+                let Some(Ok(pod)) = next else { continue };
+                let st = pod.status.as_ref();
+                let running = st.and_then(|s| s.phase.as_deref()) == Some("Running");
+                let Some(ip) = st
+                    .and_then(|s| s.pod_ip.as_deref())
+                    .and_then(|ip| ip.parse::<IpAddr>().ok())
+                else {
+                    continue;
+                };
+                let c = &pod
+                    .spec
+                    .as_ref()
+                    .map(|s| s.containers[0].clone())
+                    .unwrap_or_default();
+                let env = |k: &str| {
+                    c.env
+                        .iter()
+                        .flatten()
+                        .find(|e| e.name == k)
+                        .and_then(|e| e.value.clone())
+                };
+                let Some(port) = env("OCC_CONTROL_PORT").and_then(|p| p.parse::<u16>().ok()) else {
+                    continue;
+                };
+                let addr = SocketAddr::new(ip, port);
+                if !running || !served.insert(addr) {
+                    continue;
+                }
+                let mode = if env("ENVBRIDGE_CONTROL_MODE").as_deref() == Some("fairmq") {
+                    SimMode::Fairmq
+                } else {
+                    SimMode::Direct
+                };
+                let config = SimConfig {
+                    mode,
+                    ..SimConfig::default()
+                };
+                let t = token.clone();
+                tokio::spawn(async move {
+                    if let Ok(listener) = bind(addr, false).await {
+                        let _ = serve(listener, Simulator::new(config), async move {
+                            t.cancelled().await
+                        })
+                        .await;
+                    }
+                });
+            }
+        });
+        Sims { stop, handle }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.handle.await;
+    }
+}

@@ -1,0 +1,96 @@
+//! The bridge's settings: namespaces, field manager, and one timeout per kind of wait.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::Event;
+
+/// Where an environment's objects live.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NamespaceMode {
+    /// One namespace per environment, named `<prefix><environment id>`.
+    PerEnvironment { prefix: String },
+    /// Every environment in this one namespace.
+    Fixed { namespace: String },
+}
+
+#[derive(Clone, Debug)]
+pub struct BridgeConfig {
+    pub namespaces: NamespaceMode,
+    /// Watch only this namespace (None: all; required with per-environment namespaces).
+    pub watch_namespace: Option<String>,
+    /// Field manager for server-side apply.
+    pub field_manager: String,
+    /// Namespace found Terminating: how long to wait for it to be gone (404).
+    pub namespace_gone_timeout: Duration,
+    /// Namespace created: how long to wait for phase Active.
+    pub namespace_active_timeout: Duration,
+    /// Create with wait: how long until every task is STANDBY.
+    pub deploy_timeout: Duration,
+    /// Destroy: how long to wait for the Tasks and Pods to be gone.
+    pub destroy_timeout: Duration,
+    /// Kill: how long to wait for the Task to leave the roster.
+    pub kill_timeout: Duration,
+    /// Per-event default deadline of a waited transition.
+    pub transition_timeouts: HashMap<Event, Duration>,
+    pub default_transition_timeout: Duration,
+    /// Port ranges render allocates from (control ports; TCP channel ports).
+    pub control_ports: std::ops::RangeInclusive<u16>,
+    pub tcp_ports: std::ops::RangeInclusive<u16>,
+    /// Task classes, workflows and site profiles for rendering CreateEnvironment requests.
+    pub tasks_dir: PathBuf,
+    pub workflows_dir: PathBuf,
+    pub defaults_files: Vec<PathBuf>,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> Self {
+        let mut transition_timeouts = HashMap::new();
+        // The anchor's figures as defaults: CONFIGURE 120 s, other transitions 80 s.
+        transition_timeouts.insert(Event::Configure, Duration::from_secs(120));
+        BridgeConfig {
+            namespaces: NamespaceMode::Fixed {
+                namespace: "envbridge".into(),
+            },
+            watch_namespace: None,
+            field_manager: "envbridge-daemon".into(),
+            namespace_gone_timeout: Duration::from_secs(180),
+            namespace_active_timeout: Duration::from_secs(30),
+            deploy_timeout: Duration::from_secs(90),
+            destroy_timeout: Duration::from_secs(120),
+            kill_timeout: Duration::from_secs(60),
+            transition_timeouts,
+            default_transition_timeout: Duration::from_secs(80),
+            control_ports: crate::plan::DEFAULT_CONTROL_PORTS,
+            tcp_ports: crate::plan::DEFAULT_TCP_PORTS,
+            tasks_dir: PathBuf::from("manifests/control-workflows/tasks"),
+            workflows_dir: PathBuf::from("manifests/control-workflows/workflows"),
+            defaults_files: vec![],
+        }
+    }
+}
+
+impl BridgeConfig {
+    pub fn transition_timeout(&self, event: Event) -> Duration {
+        self.transition_timeouts
+            .get(&event)
+            .copied()
+            .unwrap_or(self.default_transition_timeout)
+    }
+
+    /// The namespace an environment with this object name lives in.
+    pub fn namespace_for(&self, env_name: &str) -> String {
+        match &self.namespaces {
+            NamespaceMode::PerEnvironment { prefix } => format!("{prefix}{env_name}"),
+            NamespaceMode::Fixed { namespace } => namespace.clone(),
+        }
+    }
+
+    pub fn per_env_namespace(&self) -> bool {
+        matches!(self.namespaces, NamespaceMode::PerEnvironment { .. })
+    }
+}

@@ -1,0 +1,147 @@
+//! Cluster objects -> roster records (the only place that knows both shapes).
+
+use std::time::SystemTime;
+
+use kube::ResourceExt;
+
+use crate::crd::{Environment, Task, TransitionPhase};
+use crate::plan::TaskRef;
+use crate::roster::{EnvKey, EnvRecord, FailingTask, Observed, Phase, Roster, TaskRecord};
+use crate::state::State;
+
+pub fn phase(p: TransitionPhase) -> Phase {
+    match p {
+        TransitionPhase::Running => Phase::Running,
+        TransitionPhase::Succeeded => Phase::Succeeded,
+        TransitionPhase::Failed => Phase::Failed,
+    }
+}
+
+pub fn env_key(env: &Environment) -> EnvKey {
+    EnvKey::new(
+        env.namespace().as_deref().unwrap_or_default(),
+        &env.name_any(),
+    )
+}
+
+pub fn env_record(r: &Roster, env: &Environment) -> EnvRecord {
+    let status = env.status.as_ref();
+    EnvRecord {
+        key: EnvKey {
+            namespace: r.intern(env.namespace().as_deref().unwrap_or_default()),
+            name: r.intern(&env.name_any()),
+        },
+        id: r.intern(&env.spec.id),
+        workflow: r.intern(&env.spec.workflow),
+        nodes: env.spec.nodes,
+        tasks: env.spec.tasks,
+        desired: env.spec.desired_state,
+        state: status.and_then(|s| s.state),
+        requested: env
+            .spec
+            .transition
+            .as_ref()
+            .map(|t| (r.intern(&t.id), t.event)),
+        observed: status
+            .and_then(|s| s.transition.as_ref())
+            .map(|t| Observed {
+                id: r.intern(&t.id),
+                event: t.event,
+                phase: phase(t.phase),
+                message: (!t.message.is_empty()).then(|| t.message.as_str().into()),
+            }),
+        failing: status
+            .map(|s| {
+                s.failing_tasks
+                    .iter()
+                    .map(|f| FailingTask {
+                        name: f.name.as_str().into(),
+                        node: r.intern(&f.node),
+                        path: f.path.as_str().into(),
+                        critical: f.critical,
+                        message: f.message.as_str().into(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        deleting: env.metadata.deletion_timestamp.is_some(),
+        changed_at: SystemTime::UNIX_EPOCH,
+    }
+}
+
+/// The roster key of the environment a Task belongs to.
+pub fn task_env_key(r: &Roster, task: &Task) -> EnvKey {
+    EnvKey {
+        namespace: r.intern(task.namespace().as_deref().unwrap_or_default()),
+        name: r.intern(&task.spec.environment),
+    }
+}
+
+pub fn task_record(r: &Roster, task: &Task) -> TaskRecord {
+    let status = task.status.as_ref();
+    let t = &task.spec.task;
+    TaskRecord {
+        name: task.name_any().into(),
+        env: task_env_key(r, task),
+        node: r.intern(&t.node),
+        class: r.intern(&t.class),
+        path: t.path.as_str().into(),
+        critical: t.critical,
+        state: status.and_then(|s| s.state).unwrap_or(State::Deploying),
+        pod_phase: r
+            .interner()
+            .opt(status.and_then(|s| s.pod_phase.as_deref())),
+        pod_ip: r.interner().opt(status.and_then(|s| s.pod_ip.as_deref())),
+        message: status
+            .and_then(|s| s.message.as_deref())
+            .filter(|m| !m.is_empty())
+            .map(Into::into),
+        transition: status
+            .and_then(|s| s.transition.as_ref())
+            .map(|tr| (r.intern(&tr.id), phase(tr.phase))),
+        ports: task_ports(t).into(),
+        deleting: task.metadata.deletion_timestamp.is_some(),
+        changed_at: SystemTime::UNIX_EPOCH,
+    }
+}
+
+/// The ports a task occupies on its node: its control port and every TCP port it binds.
+pub fn task_ports(t: &TaskRef) -> Vec<u16> {
+    let mut ports = vec![t.control_port];
+    for (k, v) in &t.channels {
+        if !k.ends_with(".address") {
+            continue;
+        }
+        let bound = v
+            .strip_prefix("tcp://*:")
+            .or_else(|| v.strip_prefix("tcp://0.0.0.0:"));
+        if let Some(p) = bound.and_then(|p| p.parse::<u16>().ok()) {
+            ports.push(p);
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_control_plus_bound_tcp() {
+        let mut t = TaskRef {
+            control_port: 47100,
+            ..TaskRef::default()
+        };
+        t.channels
+            .insert("chans.out.0.address".into(), "tcp://*:5555".into());
+        t.channels
+            .insert("chans.in.0.address".into(), "tcp://flp002:6000".into());
+        t.channels
+            .insert("chans.ipc.0.address".into(), "ipc://@x".into());
+        t.channels
+            .insert("chans.out.0.method".into(), "bind".into());
+        assert_eq!(task_ports(&t), [5555, 47100]);
+    }
+}

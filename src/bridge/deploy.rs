@@ -1,0 +1,194 @@
+//! CreateEnvironment: resolve the id, render, validate, prepare the namespace, then apply
+//! TaskSets before the Environment naming them (server-side apply, named field manager).
+//!
+//! Idempotent: the environment's name derives from its id, and the id from the request's
+//! idempotency key (or an explicit id); a retried create finds the existing Environment and
+//! returns it instead of making a second one.
+
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams};
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+use super::error::{BridgeError, Result, is_not_found};
+use super::objects::Objects;
+use super::{Bridge, CreateSpec, namespace, validate};
+use crate::crd::{Environment, TaskSet};
+use crate::roster::EnvKey;
+
+/// The outcome of a create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Created {
+    pub id: String,
+    pub namespace: String,
+    pub name: String,
+    pub nodes: u32,
+    pub tasks: u32,
+    /// False when the environment already existed (a retried create).
+    pub created: bool,
+}
+
+/// An environment id: the explicit one, else derived from the idempotency key, else random.
+/// Lowercase base32 so that it is a valid object and namespace name.
+pub fn environment_id(spec: &CreateSpec) -> Result<String> {
+    if let Some(id) = spec.env_id.as_deref().filter(|s| !s.is_empty()) {
+        if !validate::dns_label(id) || id.len() > 40 {
+            return Err(BridgeError::Invalid(vec![format!(
+                "environment id {id:?} must be lowercase alphanumerics and '-', at most 40 characters"
+            )]));
+        }
+        return Ok(id.to_string());
+    }
+    let seed = match spec.idempotency_key.as_deref().filter(|s| !s.is_empty()) {
+        Some(key) => Sha256::digest(key.as_bytes()).to_vec(),
+        None => uuid::Uuid::new_v4().as_bytes().to_vec(),
+    };
+    Ok(format!("e{}", base32(&seed[..8])))
+}
+
+fn base32(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+    let mut bits = 0u32;
+    let mut n = 0;
+    let mut out = String::new();
+    for b in bytes {
+        bits = (bits << 8) | u32::from(*b);
+        n += 8;
+        while n >= 5 {
+            n -= 5;
+            out.push(ALPHABET[((bits >> n) & 31) as usize] as char);
+        }
+    }
+    out
+}
+
+impl Bridge {
+    /// Renders and applies a new environment (see the module doc).
+    pub async fn create(&self, spec: &CreateSpec) -> Result<Created> {
+        self.ensure_leader()?;
+        let id = environment_id(spec)?;
+        let name = crate::plan::names::environment_name(&id);
+        let ns = self.cfg.namespace_for(&name);
+        let _one_at_a_time = self.create_lock.lock().await;
+
+        let envs: Api<Environment> = Api::namespaced(self.client.clone(), &ns);
+        if let Some(existing) = self.existing(&envs, &name).await? {
+            return Ok(created_from(&existing, &ns, false));
+        }
+        let key = EnvKey::new(&ns, &name);
+        let taken = self.taken_ports(Some(&key));
+        let objs = (self.renderer)(spec, &id, &taken)?;
+        self.apply(objs, &ns, &taken).await
+    }
+
+    /// Validates and applies already-rendered objects in `ns` (creates the namespace when
+    /// environments have their own). Nothing is written when validation fails.
+    pub async fn apply(
+        &self,
+        mut objs: Objects,
+        ns: &str,
+        taken: &super::TakenPorts,
+    ) -> Result<Created> {
+        self.ensure_leader()?;
+        let name = objs.name();
+        let mut problems = validate::static_problems(&objs, ns, taken);
+        let templates = validate::fetch_templates(&self.client, &objs).await?;
+        problems.extend(validate::template_problems(&objs, &templates));
+        if !problems.is_empty() {
+            return Err(BridgeError::Invalid(problems));
+        }
+        if self.cfg.per_env_namespace() {
+            namespace::prepare(&self.client, &self.cfg, ns, &name).await?;
+        } else {
+            namespace::ensure_exists(&self.client, ns).await?;
+        }
+        objs.place(ns);
+        let pp = PatchParams::apply(&self.cfg.field_manager).force();
+        let sets: Api<TaskSet> = Api::namespaced(self.client.clone(), ns);
+        for ts in &objs.task_sets {
+            let ts_name = ts.metadata.name.clone().unwrap_or_default();
+            sets.patch(&ts_name, &pp, &Patch::Apply(ts))
+                .await
+                .map_err(BridgeError::kube(format!("apply TaskSet {ns}/{ts_name}")))?;
+        }
+        let envs: Api<Environment> = Api::namespaced(self.client.clone(), ns);
+        let env = envs
+            .patch(&name, &pp, &Patch::Apply(&objs.environment))
+            .await
+            .map_err(BridgeError::kube(format!("apply Environment {ns}/{name}")))?;
+        self.reserved
+            .insert(EnvKey::new(ns, &name), objs.ports_by_node());
+        tracing::info!(
+            namespace = ns,
+            environment = name,
+            tasks = env.spec.tasks,
+            "environment applied"
+        );
+        Ok(created_from(&env, ns, true))
+    }
+
+    /// The live Environment of that name, if any. One being deleted is waited out first
+    /// (destroy then re-create under the same name).
+    async fn existing(&self, envs: &Api<Environment>, name: &str) -> Result<Option<Environment>> {
+        let deadline = Instant::now() + self.cfg.destroy_timeout;
+        loop {
+            let got = match envs.get_opt(name).await {
+                Ok(got) => got,
+                Err(e) if is_not_found(&e) => None,
+                Err(e) => return Err(BridgeError::kube(format!("get Environment {name}"))(e)),
+            };
+            match got {
+                Some(env) if env.metadata.deletion_timestamp.is_some() => {
+                    if Instant::now() >= deadline {
+                        return Err(BridgeError::Timeout {
+                            what: format!("environment {name} still being deleted"),
+                            after: self.cfg.destroy_timeout,
+                        });
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+}
+
+fn created_from(env: &Environment, ns: &str, created: bool) -> Created {
+    Created {
+        id: env.spec.id.clone(),
+        namespace: ns.to_string(),
+        name: env.metadata.name.clone().unwrap_or_default(),
+        nodes: env.spec.nodes,
+        tasks: env.spec.tasks,
+        created,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_deterministic_per_key_and_valid_names() {
+        let k = |key: &str| CreateSpec {
+            idempotency_key: Some(key.into()),
+            ..CreateSpec::default()
+        };
+        let a = environment_id(&k("run-42")).unwrap();
+        assert_eq!(a, environment_id(&k("run-42")).unwrap());
+        assert_ne!(a, environment_id(&k("run-43")).unwrap());
+        assert!(validate::dns_label(&a), "{a}");
+        let r1 = environment_id(&CreateSpec::default()).unwrap();
+        let r2 = environment_id(&CreateSpec::default()).unwrap();
+        assert_ne!(r1, r2);
+        let explicit = CreateSpec {
+            env_id: Some("Bad".into()),
+            ..CreateSpec::default()
+        };
+        assert!(matches!(
+            environment_id(&explicit),
+            Err(BridgeError::Invalid(_))
+        ));
+    }
+}

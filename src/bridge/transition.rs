@@ -1,0 +1,172 @@
+//! Transitions: write {id, event, arguments} and the desired state on the Environment, then
+//! wait on the roster for that transition id (see roster::wait for what counts).
+//!
+//! The transition lives in the Environment's spec and status, not in the daemon: after a
+//! daemon restart it can be awaited again by id.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use kube::api::{Api, Patch, PatchParams};
+use tokio::time::Instant;
+
+use super::Bridge;
+use super::error::{BridgeError, Result};
+use crate::crd::Environment;
+use crate::roster::{EnvKey, Outcome, Progress};
+use crate::state::{Event, State, next};
+
+#[derive(Clone, Debug, Default)]
+pub struct TransitionCall {
+    /// Environment id or name.
+    pub env: String,
+    /// None with `transition_id`: await an earlier transition.
+    pub event: Option<Event>,
+    pub arguments: BTreeMap<String, String>,
+    pub wait: bool,
+    /// None: the configured timeout for the event.
+    pub timeout: Option<Duration>,
+    pub transition_id: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct TransitionResult {
+    pub id: String,
+    pub event: Event,
+    pub target: State,
+    /// None: not waited for. Some(Err(progress)): the deadline passed.
+    pub outcome: Option<Result<Outcome, Progress>>,
+    pub elapsed: Duration,
+}
+
+impl TransitionResult {
+    pub fn ok(&self) -> bool {
+        matches!(self.outcome, None | Some(Ok(Outcome::Reached { .. })))
+    }
+}
+
+impl Bridge {
+    pub async fn transition(&self, call: &TransitionCall) -> Result<TransitionResult> {
+        let started = Instant::now();
+        let env = self.resolve(&call.env)?;
+        let key = env.key.clone();
+        let (id, event, since) = match (
+            call.event,
+            call.transition_id.as_deref().filter(|s| !s.is_empty()),
+        ) {
+            (None, Some(id)) => {
+                let event = env
+                    .requested
+                    .as_ref()
+                    .filter(|(rid, _)| &**rid == id)
+                    .map(|(_, e)| *e)
+                    .or_else(|| {
+                        env.observed
+                            .as_ref()
+                            .filter(|o| &*o.id == id)
+                            .map(|o| o.event)
+                    })
+                    .ok_or_else(|| BridgeError::NotFound(format!("transition {id} on {key}")))?;
+                (id.to_string(), event, SystemTime::now())
+            }
+            (Some(event), _) => {
+                self.ensure_leader()?;
+                self.check_applicable(&key, event)?;
+                let id = call
+                    .transition_id
+                    .clone()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+                let since = SystemTime::now();
+                self.request(&key, &id, event, &call.arguments).await?;
+                (id, event, since)
+            }
+            (None, None) => {
+                return Err(BridgeError::Invalid(vec![
+                    "a transition needs an event or a transition id".into(),
+                ]));
+            }
+        };
+        let target = event.target();
+        let outcome = if call.wait {
+            let timeout = call
+                .timeout
+                .unwrap_or_else(|| self.cfg.transition_timeout(event));
+            let out = self
+                .roster
+                .wait_transition(&key, &id, target, since, started + timeout)
+                .await;
+            let label = match &out {
+                Ok(Outcome::Reached { .. }) => "reached",
+                Ok(Outcome::Failed { .. }) => "failed",
+                Err(_) => "timeout",
+            };
+            self.metrics
+                .transitions
+                .get_or_create(&vec![
+                    ("event", event.as_str().to_string()),
+                    ("outcome", label.to_string()),
+                ])
+                .inc();
+            Some(out)
+        } else {
+            None
+        };
+        Ok(TransitionResult {
+            id,
+            event,
+            target,
+            outcome,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Refuses an event that no critical task could take from where it stands (e.g. START on
+    /// an environment still in STANDBY); mixed environments are left to the operator.
+    fn check_applicable(&self, key: &EnvKey, event: Event) -> Result<()> {
+        let (any, able, states) = self.roster.with_tasks(key, |tasks| {
+            let mut states = std::collections::BTreeSet::new();
+            let (mut any, mut able) = (false, false);
+            for t in tasks.filter(|t| t.critical) {
+                any = true;
+                able |= next(t.state, event).is_some();
+                states.insert(t.state.as_str());
+            }
+            (any, able, states)
+        });
+        if !any || able {
+            return Ok(());
+        }
+        let state = states.into_iter().collect::<Vec<_>>().join("/");
+        Err(BridgeError::InvalidTransition {
+            event: event.to_string(),
+            state,
+        })
+    }
+
+    /// Writes the transition on the Environment (merge patch: touches only these fields).
+    async fn request(
+        &self,
+        key: &EnvKey,
+        id: &str,
+        event: Event,
+        args: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        let api: Api<Environment> = Api::namespaced(self.client.clone(), &key.namespace);
+        let patch = serde_json::json!({
+            "spec": {
+                "desiredState": event.target(),
+                "transition": { "id": id, "event": event, "arguments": args },
+            }
+        });
+        let pp = PatchParams {
+            field_manager: Some(self.cfg.field_manager.clone()),
+            ..PatchParams::default()
+        };
+        api.patch(&key.name, &pp, &Patch::Merge(&patch))
+            .await
+            .map_err(BridgeError::kube(format!("request {event} on {key}")))?;
+        tracing::info!(environment = %key, transition = id, %event, "transition requested");
+        Ok(())
+    }
+}

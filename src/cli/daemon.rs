@@ -1,0 +1,536 @@
+//! `envbridge daemon`: settings from a config file (YAML or TOML), overridden by environment
+//! variables, overridden by flags; then the watches, the API and leader election.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use envbridge::bridge::leader::{self, LeaseConfig};
+use envbridge::bridge::{Bridge, BridgeConfig, Metrics, NamespaceMode};
+use envbridge::server::{self, ServerConfig};
+use envbridge::state::Event;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+#[derive(clap::Args, Debug, Default)]
+pub struct DaemonArgs {
+    /// Config file (.yaml/.yml or .toml); flags and environment variables override it.
+    #[arg(long, env = "ENVBRIDGE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// gRPC listen address (default 127.0.0.1:50061). Beyond loopback: --token and TLS required.
+    #[arg(long, env = "ENVBRIDGE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// /metrics and /healthz listen address (default 127.0.0.1:9464).
+    #[arg(long, env = "ENVBRIDGE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Bearer token clients must present.
+    #[arg(long, env = "ENVBRIDGE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// File holding the bearer token (e.g. a mounted Secret).
+    #[arg(long, env = "ENVBRIDGE_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    #[arg(long, env = "ENVBRIDGE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long, env = "ENVBRIDGE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Put every environment in this namespace.
+    #[arg(long, env = "ENVBRIDGE_NAMESPACE", conflicts_with = "namespace_prefix")]
+    pub namespace: Option<String>,
+    /// Give every environment its own namespace `<prefix><id>`.
+    #[arg(long, env = "ENVBRIDGE_NAMESPACE_PREFIX")]
+    pub namespace_prefix: Option<String>,
+    /// Watch only this namespace (default: all, needed with per-environment namespaces).
+    #[arg(long, env = "ENVBRIDGE_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+    #[arg(long, env = "ENVBRIDGE_TASKS_DIR")]
+    pub tasks_dir: Option<PathBuf>,
+    #[arg(long, env = "ENVBRIDGE_WORKFLOWS_DIR")]
+    pub workflows_dir: Option<PathBuf>,
+    /// Site profile (repeatable).
+    #[arg(long = "defaults", env = "ENVBRIDGE_DEFAULTS", value_delimiter = ',')]
+    pub defaults: Vec<PathBuf>,
+    /// Control ports to allocate, FIRST-LAST (default 47100-47999).
+    #[arg(long, env = "ENVBRIDGE_CONTROL_PORTS", value_parser = port_range)]
+    pub control_ports: Option<(u16, u16)>,
+    /// TCP channel ports to allocate, FIRST-LAST (default 48000-49999).
+    #[arg(long, env = "ENVBRIDGE_TCP_PORTS", value_parser = port_range)]
+    pub tcp_ports: Option<(u16, u16)>,
+    /// Seconds until every task of a new environment is STANDBY.
+    #[arg(long, env = "ENVBRIDGE_DEPLOY_TIMEOUT")]
+    pub deploy_timeout: Option<u64>,
+    #[arg(long, env = "ENVBRIDGE_DESTROY_TIMEOUT")]
+    pub destroy_timeout: Option<u64>,
+    #[arg(long, env = "ENVBRIDGE_KILL_TIMEOUT")]
+    pub kill_timeout: Option<u64>,
+    /// Seconds to wait for a Terminating namespace to be gone.
+    #[arg(long, env = "ENVBRIDGE_NAMESPACE_GONE_TIMEOUT")]
+    pub namespace_gone_timeout: Option<u64>,
+    /// Seconds to wait for a new namespace to be Active.
+    #[arg(long, env = "ENVBRIDGE_NAMESPACE_ACTIVE_TIMEOUT")]
+    pub namespace_active_timeout: Option<u64>,
+    /// Per-event transition timeout, EVENT=SECONDS (repeatable).
+    #[arg(
+        long = "transition-timeout",
+        env = "ENVBRIDGE_TRANSITION_TIMEOUTS",
+        value_delimiter = ','
+    )]
+    pub transition_timeouts: Vec<String>,
+    /// Seconds, for events without their own timeout.
+    #[arg(long, env = "ENVBRIDGE_DEFAULT_TRANSITION_TIMEOUT")]
+    pub default_transition_timeout: Option<u64>,
+    /// Run without leader election (a single replica).
+    #[arg(long, env = "ENVBRIDGE_NO_LEADER_ELECTION")]
+    pub no_leader_election: bool,
+    #[arg(long, env = "ENVBRIDGE_LEASE_NAME")]
+    pub lease_name: Option<String>,
+    /// Namespace of the Lease (default: POD_NAMESPACE, else `default`).
+    #[arg(long, env = "ENVBRIDGE_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// Identity in the Lease (default: POD_NAME, else host name + pid).
+    #[arg(long, env = "ENVBRIDGE_IDENTITY")]
+    pub identity: Option<String>,
+    /// Log format: text or json.
+    #[arg(long, env = "ENVBRIDGE_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The config file: every field optional, same names as the flags (kebab or snake case).
+#[derive(Deserialize, Debug, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<SocketAddr>,
+    pub metrics_listen: Option<SocketAddr>,
+    pub token_file: Option<PathBuf>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub namespace: Option<String>,
+    pub namespace_prefix: Option<String>,
+    pub watch_namespace: Option<String>,
+    pub tasks_dir: Option<PathBuf>,
+    pub workflows_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub defaults: Vec<PathBuf>,
+    pub control_ports: Option<String>,
+    pub tcp_ports: Option<String>,
+    pub deploy_timeout: Option<u64>,
+    pub destroy_timeout: Option<u64>,
+    pub kill_timeout: Option<u64>,
+    pub namespace_gone_timeout: Option<u64>,
+    pub namespace_active_timeout: Option<u64>,
+    #[serde(default)]
+    pub transition_timeouts: HashMap<String, u64>,
+    pub default_transition_timeout: Option<u64>,
+    pub leader_election: Option<bool>,
+    pub lease_name: Option<String>,
+    pub lease_namespace: Option<String>,
+    pub log_format: Option<LogFormat>,
+}
+
+pub fn load_file(path: &Path) -> Result<FileConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let toml = path.extension().is_some_and(|e| e == "toml");
+    if toml {
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    } else {
+        serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// Everything the daemon needs, resolved from file, environment and flags.
+pub struct Settings {
+    pub bridge: BridgeConfig,
+    pub server: ServerConfig,
+    pub lease: Option<LeaseConfig>,
+    pub log_format: LogFormat,
+}
+
+pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
+    let f = match &a.config {
+        Some(p) => load_file(p)?,
+        None => FileConfig::default(),
+    };
+    let mut b = BridgeConfig::default();
+    let prefix = a.namespace_prefix.or(f.namespace_prefix);
+    let fixed = a.namespace.or(f.namespace);
+    b.namespaces = match (fixed, prefix) {
+        (Some(_), Some(_)) => {
+            return Err("namespace and namespace-prefix exclude each other".into());
+        }
+        (Some(namespace), None) => NamespaceMode::Fixed { namespace },
+        (None, Some(prefix)) => NamespaceMode::PerEnvironment { prefix },
+        (None, None) => b.namespaces,
+    };
+    b.watch_namespace = a.watch_namespace.or(f.watch_namespace);
+    if b.per_env_namespace() && b.watch_namespace.is_some() {
+        return Err("watch-namespace cannot be used with per-environment namespaces".into());
+    }
+    if let Some(d) = a.tasks_dir.or(f.tasks_dir) {
+        b.tasks_dir = d;
+    }
+    if let Some(d) = a.workflows_dir.or(f.workflows_dir) {
+        b.workflows_dir = d;
+    }
+    b.defaults_files = if a.defaults.is_empty() {
+        f.defaults
+    } else {
+        a.defaults
+    };
+    if let Some((a, z)) = a
+        .control_ports
+        .map(Ok)
+        .or_else(|| f.control_ports.as_deref().map(port_range))
+        .transpose()?
+    {
+        b.control_ports = a..=z;
+    }
+    if let Some((a, z)) = a
+        .tcp_ports
+        .map(Ok)
+        .or_else(|| f.tcp_ports.as_deref().map(port_range))
+        .transpose()?
+    {
+        b.tcp_ports = a..=z;
+    }
+    let secs = Duration::from_secs;
+    if let Some(s) = a.deploy_timeout.or(f.deploy_timeout) {
+        b.deploy_timeout = secs(s);
+    }
+    if let Some(s) = a.destroy_timeout.or(f.destroy_timeout) {
+        b.destroy_timeout = secs(s);
+    }
+    if let Some(s) = a.kill_timeout.or(f.kill_timeout) {
+        b.kill_timeout = secs(s);
+    }
+    if let Some(s) = a.namespace_gone_timeout.or(f.namespace_gone_timeout) {
+        b.namespace_gone_timeout = secs(s);
+    }
+    if let Some(s) = a.namespace_active_timeout.or(f.namespace_active_timeout) {
+        b.namespace_active_timeout = secs(s);
+    }
+    if let Some(s) = a
+        .default_transition_timeout
+        .or(f.default_transition_timeout)
+    {
+        b.default_transition_timeout = secs(s);
+    }
+    let mut per_event: Vec<(String, u64)> = f.transition_timeouts.into_iter().collect();
+    for kv in &a.transition_timeouts {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("transition-timeout {kv:?}: expected EVENT=SECONDS"))?;
+        let v = v
+            .parse()
+            .map_err(|_| format!("transition-timeout {kv:?}: seconds must be a number"))?;
+        per_event.push((k.to_string(), v));
+    }
+    for (k, v) in per_event {
+        let ev: Event = k.parse().map_err(|e| format!("transition-timeout: {e}"))?;
+        b.transition_timeouts.insert(ev, secs(v));
+    }
+
+    let mut s = ServerConfig::default();
+    if let Some(l) = a.listen.or(f.listen) {
+        s.grpc_addr = l;
+    }
+    if let Some(l) = a.metrics_listen.or(f.metrics_listen) {
+        s.http_addr = l;
+    }
+    s.token = match (a.token, a.token_file.or(f.token_file)) {
+        (Some(t), _) => Some(t),
+        (None, Some(p)) => Some(
+            std::fs::read_to_string(&p)
+                .map_err(|e| format!("token file {}: {e}", p.display()))?
+                .trim()
+                .to_string(),
+        ),
+        (None, None) => None,
+    };
+    s.tls_cert = a.tls_cert.or(f.tls_cert);
+    s.tls_key = a.tls_key.or(f.tls_key);
+    s.check().map_err(|e| e.to_string())?;
+
+    let election = !a.no_leader_election && f.leader_election.unwrap_or(true);
+    let lease = election.then(|| LeaseConfig {
+        namespace: a
+            .lease_namespace
+            .or(f.lease_namespace)
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into()),
+        name: a
+            .lease_name
+            .or(f.lease_name)
+            .unwrap_or_else(|| "envbridge-daemon".into()),
+        identity: a
+            .identity
+            .or_else(|| std::env::var("POD_NAME").ok())
+            .unwrap_or_else(default_identity),
+        duration: 15,
+        grace: 5,
+    });
+    if let Some(l) = &lease {
+        l.check()?;
+    }
+    let log_format = a.log_format.or(f.log_format).unwrap_or(LogFormat::Text);
+    Ok(Settings {
+        bridge: b,
+        server: s,
+        lease,
+        log_format,
+    })
+}
+
+fn port_range(s: &str) -> Result<(u16, u16), String> {
+    let (a, z) = s
+        .split_once('-')
+        .ok_or_else(|| format!("port range {s:?}: expected FIRST-LAST"))?;
+    let a: u16 = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("port range {s:?}: FIRST is not a port"))?;
+    let z: u16 = z
+        .trim()
+        .parse()
+        .map_err(|_| format!("port range {s:?}: LAST is not a port"))?;
+    if a == 0 || a > z {
+        return Err(format!("port range {s:?}: need 0 < FIRST <= LAST"));
+    }
+    Ok((a, z))
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    format!("{host}-{}", std::process::id())
+}
+
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,kube=warn,tower=warn,h2=warn,hyper=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+pub fn run(args: DaemonArgs) -> ExitCode {
+    let settings = match resolve(args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(settings.log_format);
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(serve(settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(s: Settings) -> Result<(), String> {
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| format!("kubernetes client config: {e}"))?;
+    let metrics = Metrics::new();
+    let client = envbridge::bridge::client::counted(config, metrics.apiserver_requests.clone())
+        .map_err(|e| format!("kubernetes client: {e}"))?;
+    let renderer = envbridge::bridge::render::renderer(&s.bridge);
+    let bridge = Bridge::new(client.clone(), s.bridge, metrics.clone(), renderer);
+    let stop = CancellationToken::new();
+    let election = s.lease.is_some();
+    if let Some(lease) = s.lease {
+        tokio::spawn(leader::run(
+            client,
+            lease,
+            bridge.leader_flag(),
+            metrics,
+            stop.clone(),
+        ));
+    }
+    let watches = {
+        let b = bridge.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move { b.run_watches(stop).await })
+    };
+    // Serve once the roster is a true view and the first leadership decision is made (a
+    // standby still serves; this only avoids refusing the first writes while the lease is free).
+    if !bridge.wait_synced(Duration::from_secs(30)).await {
+        tracing::warn!("watches not synced after 30 s; serving anyway");
+    }
+    if election {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !bridge.is_leader() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let (_bound, server) = server::serve(bridge.clone(), s.server, stop.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        let _ = server.await;
+        let _ = watches.await;
+    })
+    .await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        (dir, p)
+    }
+
+    #[test]
+    fn yaml_and_toml_files_then_flags_win() {
+        let (_d, yaml) = write(
+            "d.yaml",
+            "namespace-prefix: env-\ndeploy-timeout: 7\ntransition-timeouts: {CONFIGURE: 9}\ncontrol-ports: 50000-50099\n",
+        );
+        let s = resolve(DaemonArgs {
+            config: Some(yaml.clone()),
+            no_leader_election: true,
+            ..Default::default()
+        })
+        .expect("yaml");
+        assert_eq!(
+            s.bridge.namespaces,
+            NamespaceMode::PerEnvironment {
+                prefix: "env-".into()
+            }
+        );
+        assert_eq!(s.bridge.deploy_timeout, Duration::from_secs(7));
+        assert_eq!(
+            s.bridge.transition_timeout(Event::Configure),
+            Duration::from_secs(9)
+        );
+        assert_eq!(s.bridge.control_ports, 50000..=50099);
+        let flags = DaemonArgs {
+            config: Some(yaml),
+            deploy_timeout: Some(3),
+            transition_timeouts: vec!["START=4".into()],
+            no_leader_election: true,
+            ..Default::default()
+        };
+        let s = resolve(flags).expect("flags");
+        assert_eq!(s.bridge.deploy_timeout, Duration::from_secs(3));
+        assert_eq!(
+            s.bridge.transition_timeout(Event::Start),
+            Duration::from_secs(4)
+        );
+
+        let (_d, toml) = write(
+            "d.toml",
+            "namespace = \"runs\"\nkill-timeout = 5\n[transition-timeouts]\nSTOP = 11\n",
+        );
+        let s = resolve(DaemonArgs {
+            config: Some(toml),
+            no_leader_election: true,
+            ..Default::default()
+        })
+        .expect("toml");
+        assert_eq!(
+            s.bridge.namespaces,
+            NamespaceMode::Fixed {
+                namespace: "runs".into()
+            }
+        );
+        assert_eq!(s.bridge.kill_timeout, Duration::from_secs(5));
+        assert_eq!(
+            s.bridge.transition_timeout(Event::Stop),
+            Duration::from_secs(11)
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_the_reason() {
+        let (_d, bad) = write("d.yaml", "listn: 1.2.3.4:1\n");
+        let e = resolve(DaemonArgs {
+            config: Some(bad),
+            ..Default::default()
+        })
+        .err()
+        .expect("unknown key");
+        assert!(e.contains("listn"), "{e}");
+        let open = DaemonArgs {
+            listen: Some("0.0.0.0:50061".parse().expect("addr")),
+            ..Default::default()
+        };
+        let e = resolve(open).err().expect("insecure");
+        assert!(e.contains("without both a bearer token and TLS"), "{e}");
+        let e = resolve(DaemonArgs {
+            transition_timeouts: vec!["LAUNCH=3".into()],
+            ..Default::default()
+        })
+        .err()
+        .expect("event");
+        assert!(e.contains("LAUNCH"), "{e}");
+        assert!(port_range("9-3").is_err());
+    }
+
+    #[test]
+    fn the_shipped_deployment_config_parses() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/manifests/deploy/daemon-deployment.yaml"
+        ))
+        .expect("manifest");
+        let block: String = text
+            .split("daemon.yaml: |\n")
+            .nth(1)
+            .expect("config block")
+            .lines()
+            .take_while(|l| l.starts_with("    "))
+            .map(|l| format!("{}\n", &l[4..]))
+            .collect();
+        let f: FileConfig = serde_saphyr::from_str(&block).expect("parses");
+        assert_eq!(f.namespace_prefix.as_deref(), Some("envbridge-env-"));
+        assert_eq!(f.transition_timeouts.get("CONFIGURE"), Some(&120));
+    }
+}

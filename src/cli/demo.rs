@@ -1,0 +1,455 @@
+//! `envbridge demo`: the whole system end to end on the local control plane.
+//!
+//! Starts (or reuses) the control plane, installs the CRDs and TaskTemplates, starts the
+//! operator, the daemon and the task simulators as child processes, then drives a
+//! readout-dataflow environment through CONFIGURE -> START -> STOP -> RESET -> destroy and
+//! shows an injected failure. Progress goes to stdout for people; the LAST stdout line is a
+//! one-line JSON summary for scripts. Everything it started is stopped on every exit path.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use envbridge::dev::process;
+use envbridge::server::pb;
+use serde_json::json;
+
+use super::env::{Client, connect_to};
+
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// Simulated FLP nodes (one readout -> StfBuilder -> StfSender chain on each).
+    #[arg(long, default_value_t = 4)]
+    pub nodes: u32,
+    /// The project's manifests directory.
+    #[arg(long, default_value = "manifests")]
+    pub manifests: PathBuf,
+    /// Leave the local control plane running at the end (by default it is stopped when the
+    /// demo started it; one that was already running is always left running).
+    #[arg(long)]
+    pub keep_cluster: bool,
+}
+
+/// The node whose StfBuilder the demo's second environment makes fail CONFIGURE.
+const FAILING_HOST_INDEX: u32 = 2;
+
+pub fn run(args: DemoArgs) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(format!("starting the runtime: {e}")),
+    };
+    let started_plane = !matches!(envbridge::dev::current(), Ok(Some(_)));
+    let mut children = Children::default();
+    let mut live = Live::default();
+    let outcome = rt.block_on(demo(&args, &mut children, &mut live));
+    step("cleaning up what the demo started");
+    if outcome.is_err() {
+        rt.block_on(live.destroy_all());
+    }
+    children.stop();
+    if started_plane && !args.keep_cluster {
+        match envbridge::dev::down() {
+            Ok(_) => say("local control plane stopped"),
+            Err(e) => eprintln!("warning: stopping the local control plane: {e}"),
+        }
+    }
+    match outcome {
+        Ok(summary) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::FAILURE
+}
+
+fn step(what: &str) {
+    println!("\n==> {what}");
+}
+
+fn say(what: &str) {
+    println!("    {what}");
+}
+
+/// What must not outlive a failed demo: the environments it created, and the client to destroy them.
+#[derive(Default)]
+struct Live {
+    api: Option<Client>,
+    environments: Vec<String>,
+}
+
+impl Live {
+    async fn destroy_all(&mut self) {
+        let Some(api) = self.api.as_mut() else { return };
+        for id in std::mem::take(&mut self.environments) {
+            let done = tokio::time::timeout(Duration::from_secs(60), destroy(api, &id)).await;
+            match done {
+                Ok(Ok(())) => say(&format!("environment {id} destroyed")),
+                Ok(Err(e)) => eprintln!("warning: {e}"),
+                Err(_) => eprintln!("warning: destroying {id} did not finish within 60 s"),
+            }
+        }
+    }
+}
+
+async fn demo(
+    args: &DemoArgs,
+    children: &mut Children,
+    live: &mut Live,
+) -> Result<serde_json::Value, String> {
+    step(&format!(
+        "local control plane with {} simulated FLP nodes",
+        args.nodes
+    ));
+    let t = Instant::now();
+    let info = envbridge::dev::ensure_up(args.nodes)
+        .await
+        .map_err(|e| format!("the local control plane: {e}"))?;
+    say(&format!(
+        "apiserver {} ready in {} ms",
+        info.server,
+        t.elapsed().as_millis()
+    ));
+    let kube = envbridge::dev::client_for(&info.kubeconfig)
+        .await
+        .map_err(|e| e.to_string())?;
+
+    step("installing the CRDs and TaskTemplates");
+    envbridge::install::crds(&kube)
+        .await
+        .map_err(|e| e.to_string())?;
+    let templates = args.manifests.join("task-templates");
+    let names = envbridge::install::task_templates(&kube, &templates)
+        .await
+        .map_err(|e| e.to_string())?;
+    say(&format!("TaskTemplates: {}", names.join(", ")));
+
+    step("starting the task simulators, the operator and the daemon");
+    let run_dir = info.state_dir.join("demo");
+    std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
+    let exe = std::env::current_exe().map_err(|e| format!("locating envbridge: {e}"))?;
+    let port = process::free_port().map_err(|e| e.to_string())?;
+    let kubeconfig = info.kubeconfig.display().to_string();
+    // Absolute: the children run in their own directory.
+    let manifests = args
+        .manifests
+        .canonicalize()
+        .map_err(|e| format!("the manifests directory {}: {e}", args.manifests.display()))?;
+    let flows = manifests.join("control-workflows");
+    let site = manifests.join("site/local.yaml");
+    let daemon_args = [
+        "daemon".to_string(),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--tasks-dir={}", flows.join("tasks").display()),
+        format!("--workflows-dir={}", flows.join("workflows").display()),
+        format!("--defaults={}", site.display()),
+    ];
+    let sim_args = [
+        "dev".to_string(),
+        "sim-runner".into(),
+        format!("--kubeconfig={kubeconfig}"),
+        format!("--log-dir={}", run_dir.join("simulators").display()),
+    ];
+    children.spawn(&exe, "sim-runner", &sim_args, &run_dir, &kubeconfig)?;
+    children.spawn(
+        &exe,
+        "operator",
+        &["operator".to_string()],
+        &run_dir,
+        &kubeconfig,
+    )?;
+    children.spawn(&exe, "daemon", &daemon_args, &run_dir, &kubeconfig)?;
+    say(&format!("logs in {}", run_dir.display()));
+    let api = connect_with_retry(&format!("http://127.0.0.1:{port}"), children).await?;
+    let api = live.api.insert(api);
+    say(&format!("daemon serving on 127.0.0.1:{port}"));
+
+    let hosts: Vec<String> = (1..=args.nodes).map(|i| format!("flp{i:03}")).collect();
+    let hosts_json = serde_json::to_string(&hosts).map_err(|e| e.to_string())?;
+    let kubectl = Kubectl {
+        bin: info.kubectl.clone(),
+        kubeconfig: info.kubeconfig.clone(),
+    };
+
+    step(&format!(
+        "creating a readout-dataflow environment on {}",
+        hosts.join(", ")
+    ));
+    let t = Instant::now();
+    let created = create(
+        api,
+        &mut live.environments,
+        "demo",
+        &[("hosts", hosts_json.as_str())],
+    )
+    .await?;
+    say(&format!(
+        "environment {} in namespace {}: {} tasks on {} nodes, all STANDBY in {} ms",
+        created.id,
+        created.namespace,
+        created.tasks,
+        created.nodes,
+        t.elapsed().as_millis()
+    ));
+    kubectl.show(&created.namespace);
+
+    let mut timings = serde_json::Map::new();
+    for (event, run_args) in [
+        ("CONFIGURE", vec![]),
+        ("START", vec![("run_number", "1"), ("run_type", "PHYSICS")]),
+        ("STOP", vec![]),
+        ("RESET", vec![]),
+    ] {
+        step(event);
+        let t = Instant::now();
+        let reply = transition(api, &created.id, event, &run_args).await?;
+        let ms = t.elapsed().as_millis() as u64;
+        if !reply.ok {
+            return Err(format!("{event} failed: {}", describe_failures(&reply)));
+        }
+        say(&format!(
+            "{} tasks {} in {ms} ms",
+            reply.tasks, reply.target_state
+        ));
+        kubectl.show(&created.namespace);
+        timings.insert(event.to_string(), json!(ms));
+    }
+
+    step("destroying the environment");
+    let t = Instant::now();
+    destroy(api, &created.id).await?;
+    live.environments.retain(|id| id != &created.id);
+    say(&format!(
+        "tasks, pods and services gone in {} ms",
+        t.elapsed().as_millis()
+    ));
+
+    let bad_host = &hosts[(FAILING_HOST_INDEX.min(args.nodes) - 1) as usize];
+    step(&format!(
+        "failure: a second environment whose StfBuilder on {bad_host} is told to fail CONFIGURE"
+    ));
+    let failing = create(
+        api,
+        &mut live.environments,
+        "demo-failure",
+        &[
+            ("hosts", hosts_json.as_str()),
+            ("sim_fail_host", bad_host.as_str()),
+            ("sim_fail_on", "CONFIGURE"),
+        ],
+    )
+    .await?;
+    let t = Instant::now();
+    let reply = transition(api, &failing.id, "CONFIGURE", &[]).await?;
+    let failure_ms = t.elapsed().as_millis() as u64;
+    let failed = reply.failures.iter().find(|f| f.critical).ok_or_else(|| {
+        "CONFIGURE was expected to fail, but reported no failing task".to_string()
+    })?;
+    say(&format!(
+        "CONFIGURE failed after {failure_ms} ms: task {} on {}: {}",
+        failed.task, failed.node, failed.message
+    ));
+    kubectl.show(&failing.namespace);
+    let failed_task = failed.task.clone();
+    destroy(api, &failing.id).await?;
+    live.environments.retain(|id| id != &failing.id);
+    say("failed environment destroyed");
+
+    Ok(json!({
+        "nodes": created.nodes,
+        "tasks": created.tasks,
+        "transitions": timings,
+        "failure_reported_ms": failure_ms,
+        "failed_task": failed_task,
+    }))
+}
+
+fn describe_failures(reply: &pb::TransitionReply) -> String {
+    if reply.failures.is_empty() {
+        return reply.message.clone();
+    }
+    reply
+        .failures
+        .iter()
+        .map(|f| format!("{} on {}: {}", f.task, f.node, f.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+async fn connect_with_retry(addr: &str, children: &mut Children) -> Result<Client, String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match connect_to(addr, None, None).await {
+            Ok(c) => return Ok(c),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => {
+                if let Some(dead) = children.first_dead() {
+                    return Err(dead);
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+        }
+    }
+}
+
+async fn create(
+    api: &mut Client,
+    live: &mut Vec<String>,
+    id: &str,
+    vars: &[(&str, &str)],
+) -> Result<pb::CreateEnvironmentReply, String> {
+    live.push(id.to_string());
+    let req = pb::CreateEnvironmentRequest {
+        workflow: "readout-dataflow".into(),
+        variables: vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        env_id: id.into(),
+        wait: true,
+        ..Default::default()
+    };
+    let reply = api
+        .create_environment(req)
+        .await
+        .map_err(|s| format!("creating environment {id}: {}", s.message()))?
+        .into_inner();
+    if !reply.failures.is_empty() {
+        let names: Vec<String> = reply
+            .failures
+            .iter()
+            .map(|f| format!("{}: {}", f.task, f.message))
+            .collect();
+        return Err(format!(
+            "environment {id} did not reach STANDBY: {}",
+            names.join("; ")
+        ));
+    }
+    Ok(reply)
+}
+
+async fn transition(
+    api: &mut Client,
+    id: &str,
+    event: &str,
+    args: &[(&str, &str)],
+) -> Result<pb::TransitionReply, String> {
+    let req = pb::TransitionRequest {
+        id: id.into(),
+        event: event.into(),
+        arguments: args
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        wait: true,
+        ..Default::default()
+    };
+    api.transition(req)
+        .await
+        .map(|r| r.into_inner())
+        .map_err(|s| format!("{event} on {id}: {}", s.message()))
+}
+
+async fn destroy(api: &mut Client, id: &str) -> Result<(), String> {
+    let req = pb::DestroyEnvironmentRequest {
+        id: id.into(),
+        wait: true,
+        ..Default::default()
+    };
+    let reply = api
+        .destroy_environment(req)
+        .await
+        .map_err(|s| format!("destroying {id}: {}", s.message()))?
+        .into_inner();
+    if reply.gone {
+        Ok(())
+    } else {
+        Err(format!("destroying {id}: {}", reply.message))
+    }
+}
+
+/// The built kubectl, to show what `kubectl get environments,tasks` shows at each step.
+struct Kubectl {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Kubectl {
+    fn show(&self, namespace: &str) {
+        let out = std::process::Command::new(&self.bin)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(["get", "environments,tasks", "-n", namespace])
+            .output();
+        println!("    $ kubectl get environments,tasks -n {namespace}");
+        match out {
+            Ok(o) => {
+                for line in String::from_utf8_lossy(&o.stdout).lines() {
+                    println!("    {line}");
+                }
+                for line in String::from_utf8_lossy(&o.stderr).lines() {
+                    println!("    {line}");
+                }
+            }
+            Err(e) => println!("    (kubectl: {e})"),
+        }
+    }
+}
+
+/// Child processes the demo started, each in its own process group with its own log.
+#[derive(Default)]
+struct Children {
+    running: Vec<(String, u32, PathBuf)>,
+}
+
+impl Children {
+    fn spawn(
+        &mut self,
+        exe: &Path,
+        name: &str,
+        args: &[String],
+        dir: &Path,
+        kubeconfig: &str,
+    ) -> Result<(), String> {
+        let log = dir.join(format!("{name}.log"));
+        let pid = process::spawn_with_env(exe, args, &log, dir, &[("KUBECONFIG", kubeconfig)])
+            .map_err(|e| format!("starting {name}: {e}"))?;
+        say(&format!("{name} started (pid {pid})"));
+        self.running.push((name.to_string(), pid, log));
+        Ok(())
+    }
+
+    /// A child that already exited, described with the end of its log.
+    fn first_dead(&self) -> Option<String> {
+        let exe = std::env::current_exe().ok()?;
+        self.running
+            .iter()
+            .find(|(_, pid, _)| !process::alive(*pid, &exe))
+            .map(|(name, _, log)| {
+                format!(
+                    "{name} exited early; end of {}:\n{}",
+                    log.display(),
+                    process::log_tail(log, 20)
+                )
+            })
+    }
+
+    fn stop(&mut self) {
+        let pids: Vec<u32> = self.running.iter().map(|(_, pid, _)| *pid).collect();
+        let left = process::stop_groups(&pids, Duration::from_secs(10));
+        for (name, pid, _) in self.running.drain(..) {
+            if left.contains(&pid) {
+                eprintln!("warning: {name} (pid {pid}) did not stop");
+            } else {
+                say(&format!("{name} stopped"));
+            }
+        }
+    }
+}

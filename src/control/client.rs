@@ -1,0 +1,507 @@
+//! The task control client: what the operator calls to read and drive one task process.
+//!
+//! * `direct` tasks get one protobuf `Transition` per run-control event.
+//! * `fairmq` tasks get the multi-step sequences of [`super::fairmq`] over the JSON variant.
+//! * `basic` and `hook` tasks speak no protocol: every call returns [`ControlError::NoProtocol`].
+//!
+//! Channels are cached per address (HTTP/2 multiplexes every call to one task over one
+//! connection, and reconnects on its own), so driving thousands of tasks costs one handshake
+//! per task, not one per call; calls to different tasks run concurrently.
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use futures::{Stream, StreamExt, stream};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+use tonic::client::Grpc;
+use tonic::codegen::{Context, Poll, Service};
+use tonic::transport::{Channel, Endpoint};
+use tracing::{debug, warn};
+
+use super::error::ControlError;
+use super::fairmq::{self, FmqState, Step, Verdict};
+use super::json::JsonCodec;
+use super::pb;
+use super::wire::{Method, Variant};
+use crate::plan::ControlMode;
+use crate::state::{self, Event, State};
+
+/// Where and how to reach one task process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TaskEndpoint {
+    pub addr: SocketAddr,
+    pub mode: ControlMode,
+}
+
+impl TaskEndpoint {
+    pub fn new(addr: SocketAddr, mode: ControlMode) -> Self {
+        TaskEndpoint { addr, mode }
+    }
+
+    fn variant(&self) -> Result<Variant, ControlError> {
+        match self.mode {
+            ControlMode::Direct => Ok(Variant::Protobuf),
+            ControlMode::Fairmq => Ok(Variant::Json),
+            ControlMode::Basic | ControlMode::Hook => Err(ControlError::NoProtocol {
+                addr: self.addr,
+                mode: self.mode,
+            }),
+        }
+    }
+}
+
+/// How long to wait for the TCP connection itself (the call deadline bounds it too).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the state of a FairMQ task is polled for [`state_stream`] (the plugin has no
+/// state stream).
+pub const FAIRMQ_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The state of the task process and its pid.
+pub async fn get_state(
+    ep: &TaskEndpoint,
+    deadline: Duration,
+) -> Result<(State, u32), ControlError> {
+    let variant = ep.variant()?;
+    let reply: pb::GetStateReply = unary(
+        ep.addr,
+        variant,
+        Method::GetState,
+        pb::GetStateRequest {},
+        deadline,
+        "GetState",
+    )
+    .await?;
+    let pid = u32::try_from(reply.pid).unwrap_or(0);
+    let state = match ep.mode {
+        ControlMode::Fairmq => {
+            let fmq = parse_fmq(ep.addr, "GetState", &reply.state)?;
+            fmq.to_state().ok_or_else(|| ControlError::Between {
+                addr: ep.addr,
+                device_state: reply.state.clone(),
+            })?
+        }
+        _ => parse_state(ep.addr, "GetState", &reply.state)?,
+    };
+    Ok((state, pid))
+}
+
+/// Drives the task from `from` through `event`; returns the state it settled in.
+///
+/// `args` travel with the event (for FairMQ: with INIT DEVICE for CONFIGURE, with RUN for
+/// START). `deadline` bounds the whole transition, every step of a FairMQ sequence included.
+/// `ok=false`, a gRPC error, a stuck FairMQ step and the deadline are all errors.
+pub async fn transition(
+    ep: &TaskEndpoint,
+    from: State,
+    event: Event,
+    args: &[(String, String)],
+    deadline: Duration,
+) -> Result<State, ControlError> {
+    let variant = ep.variant()?;
+    if state::next(from, event).is_none() {
+        return Err(ControlError::NotApplicable { event, from });
+    }
+    let arguments: Vec<pb::ConfigEntry> = args
+        .iter()
+        .map(|(k, v)| pb::ConfigEntry {
+            key: k.clone(),
+            value: v.clone(),
+        })
+        .collect();
+    match ep.mode {
+        ControlMode::Fairmq => fairmq_transition(ep.addr, from, event, arguments, deadline).await,
+        _ => direct_transition(ep.addr, variant, from, event, arguments, deadline).await,
+    }
+}
+
+async fn direct_transition(
+    addr: SocketAddr,
+    variant: Variant,
+    from: State,
+    event: Event,
+    arguments: Vec<pb::ConfigEntry>,
+    deadline: Duration,
+) -> Result<State, ControlError> {
+    let call = event.as_str();
+    let req = pb::TransitionRequest {
+        src_state: from.as_str().to_string(),
+        transition_event: call.to_string(),
+        arguments,
+    };
+    let reply: pb::TransitionReply =
+        unary(addr, variant, Method::Transition, req, deadline, call).await?;
+    if !reply.ok {
+        return Err(refused(addr, call.to_string(), &reply));
+    }
+    parse_state(addr, call, &reply.state)
+}
+
+async fn fairmq_transition(
+    addr: SocketAddr,
+    from: State,
+    event: Event,
+    arguments: Vec<pb::ConfigEntry>,
+    deadline: Duration,
+) -> Result<State, ControlError> {
+    let start = FmqState::from_state(from).ok_or(ControlError::NotApplicable { event, from })?;
+    let steps = fairmq::plan(event, start).map_err(|source| ControlError::Plan {
+        addr,
+        event,
+        source,
+    })?;
+    let end = Instant::now() + deadline;
+    let mut at = start;
+    for step in &steps {
+        let call = format!("{event} (FairMQ step {})", step.event);
+        let args = if step.with_args {
+            arguments.clone()
+        } else {
+            Vec::new()
+        };
+        let reply = fairmq_step(addr, step, args, end, &call).await?;
+        let reached = parse_fmq(addr, &call, &reply.state)?;
+        debug!(%addr, step = %step.event, from = %step.from, reached = %reached, ok = reply.ok, "FairMQ step");
+        match fairmq::judge(step, reached, reply.ok) {
+            Verdict::Advance => at = reached,
+            Verdict::Fail => return Err(refused(addr, call, &reply)),
+            Verdict::RollBack(rb) => {
+                let outcome = match fairmq_step(addr, &rb, Vec::new(), end, &call).await {
+                    Ok(r) if r.ok => format!("{} (now {})", rb.event, r.state),
+                    Ok(r) => format!("{} (refused too, now {})", rb.event, r.state),
+                    Err(e) => format!("{} (failed: {e})", rb.event),
+                };
+                warn!(%addr, %call, state = %reached, %outcome, "FairMQ step stuck; rolled back");
+                return Err(ControlError::Stuck {
+                    addr,
+                    call,
+                    state: reached.to_string(),
+                    rollback: outcome.clone(),
+                });
+            }
+        }
+    }
+    at.to_state().ok_or_else(|| ControlError::UnknownState {
+        addr,
+        call: event.to_string(),
+        state: at.to_string(),
+    })
+}
+
+async fn fairmq_step(
+    addr: SocketAddr,
+    step: &Step,
+    arguments: Vec<pb::ConfigEntry>,
+    end: Instant,
+    call: &str,
+) -> Result<pb::TransitionReply, ControlError> {
+    let req = pb::TransitionRequest {
+        src_state: step.from.as_str().to_string(),
+        transition_event: step.event.as_str().to_string(),
+        arguments,
+    };
+    let left = end.saturating_duration_since(Instant::now());
+    unary(addr, Variant::Json, Method::Transition, req, left, call).await
+}
+
+/// Every state the task reaches, including changes it makes on its own.
+///
+/// `direct` tasks push their states (StateStream); the stream ends when the task closes it.
+/// `fairmq` tasks are polled every [`FAIRMQ_POLL_INTERVAL`] (the plugin has no state stream);
+/// only settled states are yielded, each time it changes; it never ends on its own (an
+/// unreachable task yields one error per poll). `basic`/`hook`: one NoProtocol error.
+pub fn state_stream(
+    ep: &TaskEndpoint,
+) -> impl Stream<Item = Result<State, ControlError>> + Send + 'static {
+    let ep = *ep;
+    match ep.mode {
+        ControlMode::Direct => pushed_states(ep).boxed(),
+        ControlMode::Fairmq => polled_states(ep).boxed(),
+        ControlMode::Basic | ControlMode::Hook => stream::iter([Err(ControlError::NoProtocol {
+            addr: ep.addr,
+            mode: ep.mode,
+        })])
+        .boxed(),
+    }
+}
+
+fn pushed_states(ep: TaskEndpoint) -> impl Stream<Item = Result<State, ControlError>> + Send {
+    let addr = ep.addr;
+    let open = async move {
+        let channel = channel_for(addr)?;
+        let mut grpc = Grpc::new(channel);
+        grpc.ready()
+            .await
+            .map_err(|e| rpc_error(addr, "StateStream", e))?;
+        let codec =
+            tonic_prost::ProstCodec::<pb::StateStreamRequest, pb::StateStreamReply>::default();
+        grpc.server_streaming(
+            tonic::Request::new(pb::StateStreamRequest {}),
+            Method::StateStream.path(Variant::Protobuf),
+            codec,
+        )
+        .await
+        .map(|r| r.into_inner())
+        .map_err(|s| status_error(addr, "StateStream", s, None))
+    };
+    stream::once(open).flat_map(move |opened| match opened {
+        Ok(replies) => replies
+            .map(move |r| match r {
+                Ok(reply) => parse_state(addr, "StateStream", &reply.state),
+                Err(s) => Err(status_error(addr, "StateStream", s, None)),
+            })
+            .boxed(),
+        Err(e) => stream::iter([Err(e)]).boxed(),
+    })
+}
+
+fn polled_states(ep: TaskEndpoint) -> impl Stream<Item = Result<State, ControlError>> + Send {
+    stream::unfold((ep, None::<State>, true), |(ep, last, first)| async move {
+        let mut last = last;
+        let mut first = first;
+        loop {
+            if !first {
+                tokio::time::sleep(FAIRMQ_POLL_INTERVAL).await;
+            }
+            first = false;
+            match get_state(&ep, FAIRMQ_POLL_INTERVAL.max(Duration::from_secs(2))).await {
+                Ok((s, _)) if Some(s) != last => {
+                    last = Some(s);
+                    return Some((Ok(s), (ep, last, first)));
+                }
+                Ok(_) | Err(ControlError::Between { .. }) => continue,
+                Err(e) => return Some((Err(e), (ep, last, first))),
+            }
+        }
+    })
+}
+
+/// Drops the cached channel to `addr` (e.g. when its pod is gone).
+pub fn forget(addr: &SocketAddr) {
+    channels().remove(addr);
+}
+
+/// A cached channel, valid while the runtime that created it lives.
+struct Cached {
+    channel: Channel,
+    /// A task parked in the creating runtime: finished once that runtime is gone, which
+    /// makes the channel's background worker gone too.
+    runtime_alive: tokio::task::AbortHandle,
+}
+
+fn channels() -> &'static DashMap<SocketAddr, Cached> {
+    static CHANNELS: OnceLock<DashMap<SocketAddr, Cached>> = OnceLock::new();
+    CHANNELS.get_or_init(DashMap::new)
+}
+
+fn remote_allowed() -> bool {
+    static ALLOWED: OnceLock<bool> = OnceLock::new();
+    *ALLOWED.get_or_init(|| {
+        std::env::var("ENVBRIDGE_CONTROL_ALLOW_REMOTE").is_ok_and(|v| v == "1" || v == "true")
+    })
+}
+
+fn channel_for(addr: SocketAddr) -> Result<Channel, ControlError> {
+    if !addr.ip().is_loopback() && !remote_allowed() {
+        return Err(ControlError::NotLoopback { addr });
+    }
+    if let Some(c) = channels().get(&addr)
+        && !c.runtime_alive.is_finished()
+    {
+        return Ok(c.channel.clone());
+    }
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| ControlError::Rpc {
+            addr,
+            call: "connect".into(),
+            code: tonic::Code::InvalidArgument,
+            message: e.to_string(),
+        })?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true);
+    let channel = endpoint.connect_lazy();
+    let runtime_alive = tokio::spawn(std::future::pending::<()>()).abort_handle();
+    // Two first calls racing both create a channel; the last one stays cached, the other
+    // serves its call and is dropped.
+    if let Some(old) = channels().insert(
+        addr,
+        Cached {
+            channel: channel.clone(),
+            runtime_alive,
+        },
+    ) {
+        old.runtime_alive.abort();
+    }
+    Ok(channel)
+}
+
+/// A channel that sends a variant's content type (tonic's client always writes
+/// `application/grpc`, which would make a JSON peer read protobuf).
+#[derive(Clone, Debug)]
+pub struct VariantChannel {
+    inner: Channel,
+    content_type: http::HeaderValue,
+}
+
+impl VariantChannel {
+    pub fn new(inner: Channel, variant: Variant) -> Self {
+        VariantChannel {
+            inner,
+            content_type: http::HeaderValue::from_static(variant.content_type()),
+        }
+    }
+}
+
+impl Service<http::Request<tonic::body::Body>> for VariantChannel {
+    type Response = <Channel as Service<http::Request<tonic::body::Body>>>::Response;
+    type Error = <Channel as Service<http::Request<tonic::body::Body>>>::Error;
+    type Future = <Channel as Service<http::Request<tonic::body::Body>>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Service::<http::Request<tonic::body::Body>>::poll_ready(&mut self.inner, cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<tonic::body::Body>) -> Self::Future {
+        req.headers_mut()
+            .insert(http::header::CONTENT_TYPE, self.content_type.clone());
+        self.inner.call(req)
+    }
+}
+
+async fn unary<Req, Resp>(
+    addr: SocketAddr,
+    variant: Variant,
+    method: Method,
+    req: Req,
+    deadline: Duration,
+    call: &str,
+) -> Result<Resp, ControlError>
+where
+    Req: prost::Message + Serialize + Send + Sync + 'static,
+    Resp: prost::Message + DeserializeOwned + Default + Send + Sync + 'static,
+{
+    let deadline_error = || ControlError::Deadline {
+        addr,
+        call: call.to_string(),
+        deadline,
+    };
+    if deadline.is_zero() {
+        return Err(deadline_error());
+    }
+    let channel = channel_for(addr)?;
+    let svc = VariantChannel::new(channel, variant);
+    let fut = async move {
+        let mut grpc = Grpc::new(svc);
+        grpc.ready().await.map_err(|e| rpc_error(addr, call, e))?;
+        let mut request = tonic::Request::new(req);
+        request.set_timeout(deadline);
+        let path = method.path(variant);
+        let resp = match variant {
+            Variant::Protobuf => {
+                grpc.unary(
+                    request,
+                    path,
+                    tonic_prost::ProstCodec::<Req, Resp>::default(),
+                )
+                .await
+            }
+            Variant::Json => {
+                grpc.unary(request, path, JsonCodec::<Req, Resp>::default())
+                    .await
+            }
+        };
+        resp.map(|r| r.into_inner())
+            .map_err(|s| status_error(addr, call, s, Some(deadline)))
+    };
+    match tokio::time::timeout(deadline, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(deadline_error()),
+    }
+}
+
+fn status_error(
+    addr: SocketAddr,
+    call: &str,
+    s: tonic::Status,
+    deadline: Option<Duration>,
+) -> ControlError {
+    if let Some(deadline) = deadline
+        && (s.code() == tonic::Code::DeadlineExceeded || timed_out(&s))
+    {
+        // The peer honoured our grpc-timeout, or tonic's own timeout fired at the deadline.
+        return ControlError::Deadline {
+            addr,
+            call: call.to_string(),
+            deadline,
+        };
+    }
+    let mut message = s.message().to_string();
+    let mut src = std::error::Error::source(&s);
+    while let Some(e) = src {
+        message.push_str(": ");
+        message.push_str(&e.to_string());
+        src = e.source();
+    }
+    ControlError::Rpc {
+        addr,
+        call: call.to_string(),
+        code: s.code(),
+        message,
+    }
+}
+
+/// Whether tonic gave up on its own timeout (`Cancelled` caused by `TimeoutExpired`).
+fn timed_out(s: &tonic::Status) -> bool {
+    let mut src = std::error::Error::source(s);
+    while let Some(e) = src {
+        if e.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        src = e.source();
+    }
+    false
+}
+
+fn rpc_error(addr: SocketAddr, call: &str, e: impl std::fmt::Display) -> ControlError {
+    ControlError::Rpc {
+        addr,
+        call: call.to_string(),
+        code: tonic::Code::Unavailable,
+        message: e.to_string(),
+    }
+}
+
+fn refused(addr: SocketAddr, call: String, reply: &pb::TransitionReply) -> ControlError {
+    let trigger = pb::StateChangeTrigger::try_from(reply.trigger)
+        .map(|t| t.as_str_name().to_string())
+        .unwrap_or_else(|_| reply.trigger.to_string());
+    ControlError::Refused {
+        addr,
+        call,
+        state: reply.state.clone(),
+        trigger,
+    }
+}
+
+fn parse_state(addr: SocketAddr, call: &str, s: &str) -> Result<State, ControlError> {
+    s.parse::<State>()
+        .ok()
+        .filter(|st| *st != State::Mixed)
+        .ok_or_else(|| ControlError::UnknownState {
+            addr,
+            call: call.to_string(),
+            state: s.to_string(),
+        })
+}
+
+fn parse_fmq(addr: SocketAddr, call: &str, s: &str) -> Result<FmqState, ControlError> {
+    s.parse::<FmqState>()
+        .map_err(|_| ControlError::UnknownState {
+            addr,
+            call: call.to_string(),
+            state: s.to_string(),
+        })
+}

@@ -1,0 +1,19 @@
+//! Task control: the protocol task processes speak (gRPC service `occ_pb.Occ`, protobuf and
+//! the JSON variant of FairMQ devices), the client the operator drives tasks with, the FairMQ
+//! multi-step sequences, and the task simulator.
+//!
+//! Pure parts: [`fairmq`] (sequences, state mapping), [`wire`] (paths, content types),
+//! [`sim::config`] and [`sim::machine`], [`log_resume`]. I/O: [`client`], [`sim::server`].
+
+pub mod client;
+pub mod error;
+pub mod fairmq;
+pub mod json;
+pub mod log_resume;
+pub mod pb;
+pub mod sim;
+pub mod wire;
+
+pub use client::{TaskEndpoint, forget, get_state, state_stream, transition};
+pub use error::ControlError;
+pub use fairmq::fairmq_launch_args;

@@ -1,0 +1,178 @@
+//! The simulated kwok nodes: created with their loopback addresses, then driven by kwok.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
+use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::{Api, Client};
+
+use super::addressing::{self, HOST_LABEL, KWOK_NODE_LABEL};
+use super::error::{DevError, Result};
+
+/// The Node object for node `n` (1-based).
+pub fn node_object(n: u32) -> Result<Node> {
+    let ip = addressing::node_ip(n).ok_or_else(|| {
+        DevError::Invalid(format!(
+            "node index {n} outside 1..={}",
+            addressing::MAX_NODES
+        ))
+    })?;
+    let cidr = addressing::pod_cidr(n)
+        .ok_or_else(|| DevError::Invalid(format!("node index {n} has no pod CIDR")))?;
+    let name = addressing::node_name(n);
+    let labels = BTreeMap::from([
+        (HOST_LABEL.to_string(), addressing::host_name(n)),
+        (KWOK_NODE_LABEL.0.to_string(), KWOK_NODE_LABEL.1.to_string()),
+        ("kubernetes.io/hostname".to_string(), name.clone()),
+        ("kubernetes.io/os".to_string(), "linux".to_string()),
+        ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+    ]);
+    let annotations = BTreeMap::from([
+        ("kwok.x-k8s.io/node".to_string(), "fake".to_string()),
+        ("node.alpha.kubernetes.io/ttl".to_string(), "0".to_string()),
+    ]);
+    Ok(Node {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            pod_cidr: Some(cidr.clone()),
+            pod_cidrs: Some(vec![cidr]),
+            ..Default::default()
+        }),
+        // A node's status may be set on create (the kubelet does); kwok keeps these addresses.
+        status: Some(NodeStatus {
+            addresses: Some(vec![
+                NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: ip.to_string(),
+                },
+                NodeAddress {
+                    type_: "Hostname".into(),
+                    address: name,
+                },
+            ]),
+            ..Default::default()
+        }),
+    })
+}
+
+/// Create nodes 1..=count that do not exist yet.
+pub async fn ensure_nodes(client: &Client, count: u32) -> Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    let existing = existing_indices(&api).await?;
+    let missing: Vec<u32> = (1..=count).filter(|n| !existing.contains(n)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("envbridge: creating {} simulated node(s)", missing.len());
+    futures::stream::iter(missing)
+        .map(|n| {
+            let api = api.clone();
+            async move {
+                let node = node_object(n)?;
+                match api.create(&PostParams::default(), &node).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                    Err(e) => Err(DevError::from(e)),
+                }
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+async fn existing_indices(api: &Api<Node>) -> Result<Vec<u32>> {
+    let list = api
+        .list_metadata(&ListParams::default().labels(HOST_LABEL))
+        .await?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref().and_then(addressing::node_index))
+        .collect())
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Number of our nodes (by label) that are Ready.
+pub async fn ready_count(client: &Client) -> Result<(u32, u32)> {
+    let api: Api<Node> = Api::all(client.clone());
+    let list = api.list(&ListParams::default().labels(HOST_LABEL)).await?;
+    let total = u32::try_from(list.items.len()).unwrap_or(u32::MAX);
+    let ready = list.items.iter().filter(|n| is_ready(n)).count();
+    Ok((u32::try_from(ready).unwrap_or(u32::MAX), total))
+}
+
+/// Wait until nodes 1..=count are all Ready (kwok initialised them).
+/// `check` is called each round and aborts the wait with its error (e.g. kwok died).
+pub async fn wait_ready(
+    client: &Client,
+    count: u32,
+    timeout: Duration,
+    check: impl Fn() -> Result<()>,
+) -> Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    let start = Instant::now();
+    loop {
+        let list = api.list(&ListParams::default().labels(HOST_LABEL)).await?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|n| {
+                is_ready(n)
+                    && n.metadata
+                        .name
+                        .as_deref()
+                        .and_then(addressing::node_index)
+                        .is_some_and(|i| i <= count)
+            })
+            .count();
+        if u32::try_from(ready).unwrap_or(0) >= count {
+            return Ok(());
+        }
+        check()?;
+        if start.elapsed() > timeout {
+            return Err(DevError::NotReady(format!(
+                "only {ready} of {count} nodes Ready after {timeout:?} (see kwok.log)"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_object_carries_label_addresses_and_cidr() {
+        let n = node_object(3).expect("node");
+        assert_eq!(n.metadata.name.as_deref(), Some("flp003.cluster.local"));
+        let labels = n.metadata.labels.as_ref().expect("labels");
+        assert_eq!(labels.get(HOST_LABEL).map(String::as_str), Some("flp003"));
+        assert_eq!(labels.get("type").map(String::as_str), Some("kwok"));
+        let spec = n.spec.as_ref().expect("spec");
+        assert_eq!(spec.pod_cidr.as_deref(), Some("127.128.2.0/24"));
+        let addrs = n
+            .status
+            .as_ref()
+            .and_then(|s| s.addresses.clone())
+            .expect("addrs");
+        assert_eq!(addrs[0].type_, "InternalIP");
+        assert_eq!(addrs[0].address, "127.1.0.3");
+        assert!(node_object(0).is_err());
+    }
+}

@@ -1,0 +1,480 @@
+//! Bringing the whole control plane up and down: etcd, kube-apiserver,
+//! kube-controller-manager and kwok, all on 127.0.0.1, recorded in the state directory.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::addressing;
+use super::binaries::{self, Binaries};
+use super::error::{DevError, IoContext, Result};
+use super::kubeconfig;
+use super::nodes;
+use super::paths;
+use super::pki;
+use super::process;
+use super::stages;
+use super::state::{self, Component, PlaneState};
+
+/// What a caller needs to talk to the running control plane.
+#[derive(Debug, Clone)]
+pub struct ClusterInfo {
+    /// Absolute path of the admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// https://127.0.0.1:<port>
+    pub server: String,
+    /// Number of simulated nodes (flp001 .. flpNNN).
+    pub nodes: u32,
+    pub state_dir: PathBuf,
+    pub kubectl: PathBuf,
+}
+
+/// Controllers run by kube-controller-manager: what namespaces, owner references, Jobs,
+/// ReplicaSets and node health need; nothing that evicts pods or allocates CIDRs.
+const CONTROLLERS: &str = "namespace-controller,garbage-collector-controller,\
+serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,\
+clusterrole-aggregation-controller,node-lifecycle-controller,pod-garbage-collector-controller,\
+job-controller,replicaset-controller,deployment-controller,statefulset-controller,\
+ttl-after-finished-controller,endpointslice-controller";
+
+const READY_TIMEOUT: Duration = Duration::from_secs(180);
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+fn info_of(st: &PlaneState, dir: &Path) -> ClusterInfo {
+    ClusterInfo {
+        kubeconfig: st.kubeconfig.clone(),
+        server: format!("https://127.0.0.1:{}", st.apiserver_port),
+        nodes: st.nodes,
+        state_dir: dir.to_path_buf(),
+        kubectl: Binaries::in_dir(&st.bin_dir).kubectl,
+    }
+}
+
+/// A kube client for the kubeconfig at `path`.
+pub async fn client_for(path: &Path) -> Result<Client> {
+    let kc = Kubeconfig::read_from(path).map_err(|e| DevError::Kubeconfig(e.to_string()))?;
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| DevError::Kubeconfig(e.to_string()))?;
+    cfg.connect_timeout = Some(Duration::from_secs(5));
+    Ok(Client::try_from(cfg)?)
+}
+
+async fn readyz(client: &Client) -> Result<String> {
+    let req = http::Request::get("/readyz")
+        .body(Vec::new())
+        .map_err(|e| DevError::NotReady(e.to_string()))?;
+    Ok(client.request_text(req).await?)
+}
+
+/// Take the machine-wide lock (blocking) that serialises up and down.
+fn lock() -> Result<std::fs::File> {
+    let path = paths::lock_file();
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).ctx("creating", parent)?;
+    }
+    let f = std::fs::File::create(&path).ctx("creating the lock file", &path)?;
+    f.lock().ctx("locking", &path)?;
+    Ok(f)
+}
+
+async fn lock_async() -> Result<std::fs::File> {
+    tokio::task::spawn_blocking(lock)
+        .await
+        .map_err(|e| DevError::Invalid(format!("lock task failed: {e}")))?
+}
+
+fn all_alive(st: &PlaneState) -> bool {
+    st.components.len() == 4
+        && st
+            .components
+            .iter()
+            .all(|c| process::alive(c.pid, &c.binary))
+}
+
+fn stop_components(st: &PlaneState) {
+    // Only groups whose leader still runs our binary: a recorded pid may have been reused.
+    let live: Vec<&Component> = st
+        .components
+        .iter()
+        .filter(|c| process::alive(c.pid, &c.binary))
+        .collect();
+    if live.is_empty() {
+        return;
+    }
+    let t0 = Instant::now();
+    // Two waves: the API clients and the apiserver together, then etcd (an apiserver whose
+    // etcd is gone hangs in its shutdown until SIGKILL).
+    let (storage, rest): (Vec<&Component>, Vec<&Component>) =
+        live.iter().partition(|c| c.name == "etcd");
+    for wave in [rest, storage] {
+        let pids: Vec<u32> = wave.iter().map(|c| c.pid).collect();
+        let killed = process::stop_groups(&pids, STOP_GRACE);
+        for c in &wave {
+            let how = if killed.contains(&c.pid) {
+                " with SIGKILL"
+            } else {
+                ""
+            };
+            eprintln!("envbridge: stopped {} (pid {}){how}", c.name, c.pid);
+        }
+    }
+    eprintln!("envbridge: all stopped in {:.1?}", t0.elapsed());
+}
+
+/// Start the control plane with at least `nodes` simulated nodes, or reuse the running one
+/// (adding nodes if it has fewer). Safe to call from many processes at once.
+pub async fn ensure_up(nodes: u32) -> Result<ClusterInfo> {
+    if nodes == 0 || nodes > addressing::MAX_NODES {
+        return Err(DevError::Invalid(format!(
+            "--nodes must be within 1..={}",
+            addressing::MAX_NODES
+        )));
+    }
+    let _lock = lock_async().await?;
+    let dir = paths::state_dir();
+    if let Some(mut st) = state::load(&dir)? {
+        if all_alive(&st) {
+            let client = client_for(&st.kubeconfig).await?;
+            if readyz(&client).await.is_ok() {
+                nodes::ensure_nodes(&client, nodes).await?;
+                nodes::wait_ready(&client, nodes, READY_TIMEOUT, || Ok(())).await?;
+                if nodes > st.nodes {
+                    st.nodes = nodes;
+                    state::save(&dir, &st)?;
+                }
+                return Ok(info_of(&st, &dir));
+            }
+        }
+        eprintln!("envbridge: the recorded control plane is not healthy; restarting it");
+        stop_components(&st);
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).ctx("removing the old state", &dir)?;
+    }
+    let bins = tokio::task::spawn_blocking(binaries::ensure_built)
+        .await
+        .map_err(|e| DevError::Build(format!("build task failed: {e}")))??;
+    start(&bins, &dir, nodes).await
+}
+
+async fn start(bins: &Binaries, dir: &Path, nodes: u32) -> Result<ClusterInfo> {
+    let started = Instant::now();
+    std::fs::create_dir_all(dir).ctx("creating the state directory", dir)?;
+    let pki = pki::write(&pki::generate()?, &dir.join("pki"))?;
+    let kubeconfig_path = dir.join("kubeconfig");
+    let etcd_client_port = process::free_port()?;
+    let mut etcd_peer_port = process::free_port()?;
+    while etcd_peer_port == etcd_client_port {
+        etcd_peer_port = process::free_port()?;
+    }
+    let mut apiserver_port = process::free_port()?;
+    while apiserver_port == etcd_client_port || apiserver_port == etcd_peer_port {
+        apiserver_port = process::free_port()?;
+    }
+    let server = format!("https://127.0.0.1:{apiserver_port}");
+    std::fs::write(
+        &kubeconfig_path,
+        kubeconfig::render(&server, &pki.ca_cert, &pki.admin_cert, &pki.admin_key),
+    )
+    .ctx("writing", &kubeconfig_path)?;
+    let kwok_config = dir.join("kwok.yaml");
+    std::fs::write(&kwok_config, stages::kwok_config()).ctx("writing", &kwok_config)?;
+
+    let mut st = PlaneState {
+        versions: binaries::KEY.to_string(),
+        bin_dir: bins.dir.clone(),
+        apiserver_port,
+        etcd_client_port,
+        etcd_peer_port,
+        kubeconfig: kubeconfig_path,
+        nodes: 0,
+        components: Vec::new(),
+    };
+    let result = start_components(bins, dir, &pki, &mut st, nodes).await;
+    match result {
+        Ok(()) => {
+            eprintln!(
+                "envbridge: control plane ready with {nodes} node(s) in {:.1?}",
+                started.elapsed()
+            );
+            Ok(info_of(&st, dir))
+        }
+        Err(e) => {
+            eprintln!(
+                "envbridge: start failed, stopping what was started (logs kept in {})",
+                dir.display()
+            );
+            stop_components(&st);
+            let _ = std::fs::remove_file(dir.join(state::FILE));
+            Err(e)
+        }
+    }
+}
+
+fn s<T: std::fmt::Display>(v: T) -> String {
+    v.to_string()
+}
+
+fn launch(
+    name: &'static str,
+    binary: &Path,
+    args: Vec<String>,
+    dir: &Path,
+    st: &mut PlaneState,
+) -> Result<Component> {
+    let log = dir.join(format!("{name}.log"));
+    eprintln!("envbridge: starting {name}");
+    let pid = process::spawn(binary, &args, &log, dir)?;
+    let c = Component {
+        name: name.to_string(),
+        pid,
+        binary: std::fs::canonicalize(binary).unwrap_or_else(|_| binary.to_path_buf()),
+        log,
+    };
+    st.components.push(c.clone());
+    state::save(dir, st)?;
+    Ok(c)
+}
+
+fn died(c: &Component, what: &str) -> DevError {
+    DevError::Start {
+        component: c.name.clone(),
+        reason: format!("{what}; last log lines:\n{}", process::log_tail(&c.log, 20)),
+        log: c.log.clone(),
+    }
+}
+
+async fn start_components(
+    bins: &Binaries,
+    dir: &Path,
+    pki: &pki::PkiFiles,
+    st: &mut PlaneState,
+    nodes: u32,
+) -> Result<()> {
+    let etcd_url = format!("http://127.0.0.1:{}", st.etcd_client_port);
+    let peer_url = format!("http://127.0.0.1:{}", st.etcd_peer_port);
+    let etcd = launch(
+        "etcd",
+        &bins.etcd,
+        vec![
+            s("--name=envbridge"),
+            format!("--data-dir={}", dir.join("etcd-data").display()),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=envbridge={peer_url}"),
+            s("--unsafe-no-fsync=true"),
+            s("--quota-backend-bytes=8589934592"),
+            s("--log-level=warn"),
+        ],
+        dir,
+        st,
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !process::port_open(st.etcd_client_port) {
+        if !process::alive(etcd.pid, &etcd.binary) {
+            return Err(died(&etcd, "exited"));
+        }
+        if Instant::now() > deadline {
+            return Err(died(&etcd, "no client port after 30s"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let apiserver = launch(
+        "kube-apiserver",
+        &bins.apiserver,
+        vec![
+            format!("--etcd-servers={etcd_url}"),
+            s("--bind-address=127.0.0.1"),
+            s("--advertise-address=127.0.0.1"),
+            format!("--secure-port={}", st.apiserver_port),
+            format!("--cert-dir={}", dir.join("apiserver-certs").display()),
+            format!("--tls-cert-file={}", pki.serving_cert.display()),
+            format!("--tls-private-key-file={}", pki.serving_key.display()),
+            format!("--client-ca-file={}", pki.ca_cert.display()),
+            s("--authorization-mode=RBAC"),
+            s("--service-account-issuer=https://kubernetes.default.svc"),
+            format!("--service-account-key-file={}", pki.sa_pub.display()),
+            format!(
+                "--service-account-signing-key-file={}",
+                pki.sa_key.display()
+            ),
+            format!("--service-cluster-ip-range={}", addressing::SERVICE_CIDR),
+            s("--allow-privileged=true"),
+            s("--disable-admission-plugins=ServiceAccount"),
+            // The kubernetes Service's endpoints would be 127.0.0.1, which validation rejects.
+            s("--endpoint-reconciler-type=none"),
+            s("--max-requests-inflight=2000"),
+            s("--max-mutating-requests-inflight=1000"),
+            s("--profiling=false"),
+        ],
+        dir,
+        st,
+    )?;
+    let client = client_for(&st.kubeconfig).await?;
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        match readyz(&client).await {
+            Ok(_) => break,
+            Err(e) => {
+                if !process::alive(apiserver.pid, &apiserver.binary) {
+                    return Err(died(&apiserver, "exited"));
+                }
+                if !process::alive(etcd.pid, &etcd.binary) {
+                    return Err(died(&etcd, "exited"));
+                }
+                if Instant::now() > deadline {
+                    return Err(died(&apiserver, &format!("/readyz not ok: {e}")));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "envbridge: kube-apiserver ready at https://127.0.0.1:{}",
+        st.apiserver_port
+    );
+
+    let kubeconfig_arg = format!("--kubeconfig={}", st.kubeconfig.display());
+    let kcm = launch(
+        "kube-controller-manager",
+        &bins.controller_manager,
+        vec![
+            kubeconfig_arg.clone(),
+            s("--bind-address=127.0.0.1"),
+            s("--secure-port=0"),
+            format!("--root-ca-file={}", pki.ca_cert.display()),
+            format!(
+                "--service-account-private-key-file={}",
+                pki.sa_key.display()
+            ),
+            s("--leader-elect=false"),
+            s("--use-service-account-credentials=false"),
+            format!("--controllers={CONTROLLERS}"),
+            s("--kube-api-qps=500"),
+            s("--kube-api-burst=1000"),
+            s("--concurrent-namespace-syncs=20"),
+            s("--concurrent-gc-syncs=50"),
+            s("--node-monitor-grace-period=60s"),
+            s("--cluster-name=envbridge-dev"),
+        ],
+        dir,
+        st,
+    )?;
+    let kwok = launch(
+        "kwok",
+        &bins.kwok,
+        vec![
+            kubeconfig_arg,
+            format!("--config={}", dir.join("kwok.yaml").display()),
+            s("--manage-all-nodes=false"),
+            format!(
+                "--manage-nodes-with-label-selector={}={}",
+                addressing::KWOK_NODE_LABEL.0,
+                addressing::KWOK_NODE_LABEL.1
+            ),
+            format!("--cidr={}", addressing::FALLBACK_POD_CIDR),
+            format!("--node-ip={}", addressing::FALLBACK_NODE_IP),
+        ],
+        dir,
+        st,
+    )?;
+
+    nodes::ensure_nodes(&client, nodes).await?;
+    st.nodes = nodes;
+    state::save(dir, st)?;
+    nodes::wait_ready(&client, nodes, READY_TIMEOUT, || {
+        match process::alive(kwok.pid, &kwok.binary) {
+            true => Ok(()),
+            false => Err(died(&kwok, "exited")),
+        }
+    })
+    .await?;
+    for c in [&etcd, &apiserver, &kcm, &kwok] {
+        if !process::alive(c.pid, &c.binary) {
+            return Err(died(c, "exited"));
+        }
+    }
+    Ok(())
+}
+
+/// Stop every recorded component and remove the state directory.
+pub fn down() -> Result<bool> {
+    let _lock = lock()?;
+    let dir = paths::state_dir();
+    let was_up = match state::load(&dir) {
+        Ok(Some(st)) => {
+            stop_components(&st);
+            true
+        }
+        Ok(None) => false,
+        Err(e) => {
+            eprintln!("envbridge: {e}; removing the state anyway");
+            false
+        }
+    };
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).ctx("removing the state directory", &dir)?;
+    }
+    Ok(was_up)
+}
+
+/// Report of `dev status`.
+pub struct Status {
+    pub state: Option<PlaneState>,
+    pub alive: Vec<(Component, bool)>,
+    pub ready: bool,
+    pub nodes_ready: Option<(u32, u32)>,
+}
+
+impl Status {
+    pub fn up(&self) -> bool {
+        self.ready && self.alive.len() == 4 && self.alive.iter().all(|(_, a)| *a)
+    }
+}
+
+pub async fn status() -> Result<Status> {
+    let dir = paths::state_dir();
+    let Some(st) = state::load(&dir)? else {
+        return Ok(Status {
+            state: None,
+            alive: Vec::new(),
+            ready: false,
+            nodes_ready: None,
+        });
+    };
+    let alive: Vec<(Component, bool)> = st
+        .components
+        .iter()
+        .map(|c| (c.clone(), process::alive(c.pid, &c.binary)))
+        .collect();
+    let (ready, nodes_ready) = match client_for(&st.kubeconfig).await {
+        Ok(client) => {
+            let ready = readyz(&client).await.is_ok();
+            let nodes = if ready {
+                nodes::ready_count(&client).await.ok()
+            } else {
+                None
+            };
+            (ready, nodes)
+        }
+        Err(_) => (false, None),
+    };
+    Ok(Status {
+        state: Some(st),
+        alive,
+        ready,
+        nodes_ready,
+    })
+}
+
+/// Kubeconfig of the running control plane (no health check).
+pub fn current() -> Result<Option<ClusterInfo>> {
+    let dir = paths::state_dir();
+    Ok(state::load(&dir)?.map(|st| info_of(&st, &dir)))
+}

@@ -1,0 +1,601 @@
+//! `envbridge dev sim-runner`: one task simulator per simulated pod of the local control plane.
+//!
+//! kwok runs no containers, so nothing would answer on a pod's control port. This watches the
+//! envbridge-managed Pods and, for each Running pod with a loopback pod IP (a kwok node's
+//! podCIDR lies in 127.0.0.0/8), runs `envbridge task-sim` on `<podIP>:$OCC_CONTROL_PORT` with
+//! the pod's `ENVBRIDGE_SIM_*` environment, in fairmq mode when the pod says
+//! `ENVBRIDGE_CONTROL_MODE=fairmq`. The simulator is stopped when the pod goes away. A
+//! simulator that crashes (injected) stays down, as a process would without a kubelet; one
+//! that could not bind its address is retried.
+
+use std::collections::{HashMap, HashSet};
+use std::io::IsTerminal;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use crate::control::sim::cli::{DEFAULT_CONTROL_PORT, EXIT_BIND_FAILED};
+use crate::control::sim::{self, SimConfig, SimMode, Simulator};
+
+/// Pods this runner simulates.
+pub const DEFAULT_SELECTOR: &str = "app.kubernetes.io/managed-by=envbridge";
+const RETRY_BIND: Duration = Duration::from_secs(1);
+const TICK: Duration = Duration::from_millis(250);
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct SimRunnerArgs {
+    /// Kubeconfig of the local control plane (its server must be a loopback address).
+    #[arg(long)]
+    pub kubeconfig: PathBuf,
+    /// Label selector of the pods to simulate.
+    #[arg(long, default_value = DEFAULT_SELECTOR)]
+    pub selector: String,
+    /// Only pods of this namespace [default: all namespaces].
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// The envbridge executable to run `task-sim` with [default: this executable].
+    #[arg(long, hide = true)]
+    pub sim_exe: Option<PathBuf>,
+    /// Write each simulator's log to DIR/<namespace>_<pod>.log instead of this process's stderr.
+    #[arg(long)]
+    pub log_dir: Option<PathBuf>,
+    /// Run the simulators as tasks inside this process instead of one process each (for
+    /// thousands of pods; an injected crash then stops only that simulator's listener).
+    #[arg(long)]
+    pub in_process: bool,
+}
+
+/// The simulator a pod calls for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimSpec {
+    /// `<namespace>/<name>`, for logs and log file names.
+    pub pod: String,
+    pub addr: SocketAddr,
+    pub mode: SimMode,
+    /// The pod's `ENVBRIDGE_SIM_*` variables.
+    pub env: Vec<(String, String)>,
+}
+
+/// What simulator `pod` needs now (None: none; not running, not on a simulated node, being
+/// deleted, or a task with no control protocol).
+pub fn desired(pod: &Pod) -> Option<SimSpec> {
+    let meta = &pod.metadata;
+    if meta.deletion_timestamp.is_some() {
+        return None;
+    }
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref() != Some("Running") {
+        return None;
+    }
+    let spec = pod.spec.as_ref()?;
+    spec.node_name.as_ref()?;
+    let ip: IpAddr = status.pod_ip.as_deref()?.parse().ok()?;
+    if !ip.is_loopback() {
+        return None;
+    }
+    let env: Vec<(String, String)> = spec
+        .containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+        .collect();
+    let get = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let mode = match get("ENVBRIDGE_CONTROL_MODE")
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        Some("fairmq") => SimMode::Fairmq,
+        Some("basic") | Some("hook") => return None,
+        _ => SimMode::Direct,
+    };
+    let port = get("OCC_CONTROL_PORT")
+        .and_then(|p| p.trim().parse::<u16>().ok())
+        .unwrap_or(DEFAULT_CONTROL_PORT);
+    Some(SimSpec {
+        pod: format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default()
+        ),
+        addr: SocketAddr::new(ip, port),
+        mode,
+        env: env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("ENVBRIDGE_SIM_") && k != "ENVBRIDGE_SIM_MODE")
+            .collect(),
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("reading kubeconfig {path}: {message}")]
+    Kubeconfig { path: PathBuf, message: String },
+    #[error(
+        "refusing to talk to {0}: the sim runner only serves a local control plane on a loopback address"
+    )]
+    NotLocal(String),
+    #[error("kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+async fn client(path: &PathBuf) -> Result<Client, RunnerError> {
+    let bad = |message: String| RunnerError::Kubeconfig {
+        path: path.clone(),
+        message,
+    };
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| bad(e.to_string()))?;
+    let host = config
+        .cluster_url
+        .host()
+        .unwrap_or_default()
+        .trim_matches(['[', ']']);
+    let local = host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if !local {
+        return Err(RunnerError::NotLocal(config.cluster_url.to_string()));
+    }
+    Ok(Client::try_from(config)?)
+}
+
+/// One running (or waiting) simulator.
+struct Slot {
+    spec: SimSpec,
+    run: Run,
+}
+
+enum Run {
+    Process(Child),
+    InProcess(tokio::task::JoinHandle<Result<(), sim::SimError>>),
+    /// Could not bind; try again at this instant.
+    RetryAt(Instant),
+    /// Exited on its own (injected crash or failure): stays down.
+    Down,
+}
+
+struct Runner {
+    args: SimRunnerArgs,
+    slots: HashMap<String, Slot>,
+    /// Pods seen during a relist (watch restart), to drop the ones that vanished meanwhile.
+    relist: Option<HashSet<String>>,
+}
+
+impl Runner {
+    fn uid(pod: &Pod) -> String {
+        pod.metadata
+            .uid
+            .clone()
+            .unwrap_or_else(|| format!("{:?}/{:?}", pod.metadata.namespace, pod.metadata.name))
+    }
+
+    async fn apply(&mut self, pod: &Pod) {
+        let uid = Self::uid(pod);
+        if let Some(seen) = self.relist.as_mut() {
+            seen.insert(uid.clone());
+        }
+        match desired(pod) {
+            None => self.stop(&uid).await,
+            Some(spec) => {
+                if self.slots.get(&uid).is_some_and(|s| s.spec == spec) {
+                    return;
+                }
+                self.stop(&uid).await;
+                let run = self.start(&spec).await;
+                self.slots.insert(uid, Slot { spec, run });
+            }
+        }
+    }
+
+    async fn start(&self, spec: &SimSpec) -> Run {
+        if self.args.in_process {
+            return self.start_in_process(spec).await;
+        }
+        let exe = match self
+            .args
+            .sim_exe
+            .clone()
+            .map(Ok)
+            .unwrap_or_else(std::env::current_exe)
+        {
+            Ok(e) => e,
+            Err(e) => {
+                error!("sim runner: cannot find its own executable: {e}");
+                return Run::Down;
+            }
+        };
+        let mut cmd = Command::new(exe);
+        cmd.arg("task-sim")
+            .arg("--listen")
+            .arg(spec.addr.to_string())
+            .arg("--mode")
+            .arg(spec.mode.to_string())
+            .arg("--parent-pid")
+            .arg(std::process::id().to_string());
+        for (k, _) in std::env::vars() {
+            if k.starts_with("ENVBRIDGE_SIM_") || k == "OCC_CONTROL_PORT" {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .kill_on_drop(true);
+        if let Some(dir) = &self.args.log_dir {
+            let file = dir.join(format!("{}.log", spec.pod.replace('/', "_")));
+            match std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&file)
+            {
+                Ok(f) => {
+                    cmd.stderr(f);
+                }
+                Err(e) => warn!("sim runner: cannot write {}: {e}", file.display()),
+            }
+        }
+        match cmd.spawn() {
+            Ok(child) => {
+                info!(
+                    "sim runner: started task simulator for pod {} on {} ({}), pid {}",
+                    spec.pod,
+                    spec.addr,
+                    spec.mode,
+                    child.id().unwrap_or(0)
+                );
+                Run::Process(child)
+            }
+            Err(e) => {
+                error!(
+                    "sim runner: cannot start task simulator for pod {}: {e}",
+                    spec.pod
+                );
+                Run::RetryAt(Instant::now() + RETRY_BIND)
+            }
+        }
+    }
+
+    async fn start_in_process(&self, spec: &SimSpec) -> Run {
+        let get = |k: &str| -> Vec<String> {
+            spec.env
+                .iter()
+                .filter(|(n, _)| n == k)
+                .flat_map(|(_, v)| v.split(',').map(str::to_string).collect::<Vec<_>>())
+                .collect()
+        };
+        let config = match SimConfig::parse(
+            spec.mode,
+            &get("ENVBRIDGE_SIM_DELAY"),
+            &get("ENVBRIDGE_SIM_FAIL_ON"),
+            &get("ENVBRIDGE_SIM_CRASH_ON"),
+            &get("ENVBRIDGE_SIM_HANG_ON"),
+            &get("ENVBRIDGE_SIM_STUCK_ON"),
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                error!("sim runner: pod {}: {e}", spec.pod);
+                return Run::Down;
+            }
+        };
+        match sim::bind(spec.addr, false).await {
+            Ok(listener) => {
+                info!(
+                    "sim runner: started in-process task simulator for pod {} on {} ({})",
+                    spec.pod, spec.addr, spec.mode
+                );
+                let sim = Simulator::new(config);
+                Run::InProcess(tokio::spawn(sim::serve(
+                    listener,
+                    sim,
+                    std::future::pending(),
+                )))
+            }
+            Err(e) => {
+                warn!("sim runner: pod {}: {e}; retrying", spec.pod);
+                Run::RetryAt(Instant::now() + RETRY_BIND)
+            }
+        }
+    }
+
+    async fn stop(&mut self, uid: &str) {
+        let Some(slot) = self.slots.remove(uid) else {
+            return;
+        };
+        match slot.run {
+            Run::Process(mut child) => {
+                let _ = child.start_kill();
+                let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+                info!(
+                    "sim runner: stopped task simulator for pod {}",
+                    slot.spec.pod
+                );
+            }
+            Run::InProcess(task) => {
+                task.abort();
+                info!(
+                    "sim runner: stopped task simulator for pod {}",
+                    slot.spec.pod
+                );
+            }
+            Run::RetryAt(_) | Run::Down => {}
+        }
+    }
+
+    /// Reaps exited simulators and retries the ones that could not bind.
+    async fn tick(&mut self) {
+        let now = Instant::now();
+        let mut restart = Vec::new();
+        for (uid, slot) in self.slots.iter_mut() {
+            match &mut slot.run {
+                Run::Process(child) => match child.try_wait() {
+                    Ok(Some(status)) if status.code() == Some(i32::from(EXIT_BIND_FAILED)) => {
+                        warn!(
+                            "sim runner: {} is taken (pod {}); retrying in {RETRY_BIND:?}",
+                            slot.spec.addr, slot.spec.pod
+                        );
+                        slot.run = Run::RetryAt(now + RETRY_BIND);
+                    }
+                    Ok(Some(status)) => {
+                        warn!(
+                            "sim runner: task simulator for pod {} exited ({status}); it stays down",
+                            slot.spec.pod
+                        );
+                        slot.run = Run::Down;
+                    }
+                    Ok(None) => {}
+                    Err(e) => warn!("sim runner: pod {}: {e}", slot.spec.pod),
+                },
+                Run::InProcess(task) if task.is_finished() => {
+                    warn!(
+                        "sim runner: in-process task simulator for pod {} stopped; it stays down",
+                        slot.spec.pod
+                    );
+                    slot.run = Run::Down;
+                }
+                Run::RetryAt(at) if *at <= now => restart.push(uid.clone()),
+                _ => {}
+            }
+        }
+        for uid in restart {
+            if let Some(spec) = self.slots.get(&uid).map(|s| s.spec.clone()) {
+                let run = self.start(&spec).await;
+                if let Some(slot) = self.slots.get_mut(&uid) {
+                    slot.run = run;
+                }
+            }
+        }
+    }
+
+    async fn handle(&mut self, event: Event<Pod>) {
+        match event {
+            Event::Init => self.relist = Some(HashSet::new()),
+            Event::InitApply(pod) | Event::Apply(pod) => self.apply(&pod).await,
+            Event::Delete(pod) => self.stop(&Self::uid(&pod)).await,
+            Event::InitDone => {
+                if let Some(seen) = self.relist.take() {
+                    let gone: Vec<String> = self
+                        .slots
+                        .keys()
+                        .filter(|k| !seen.contains(*k))
+                        .cloned()
+                        .collect();
+                    for uid in gone {
+                        self.stop(&uid).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn stop_all(&mut self) {
+        let uids: Vec<String> = self.slots.keys().cloned().collect();
+        for uid in uids {
+            self.stop(&uid).await;
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+pub fn run(args: SimRunnerArgs) -> ExitCode {
+    init_logging();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            error!("sim runner: cannot start its runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        match serve(args, shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                error!("sim runner: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// Runs until `shutdown` resolves (the command: SIGTERM/SIGINT), then stops every simulator
+/// it started.
+pub async fn serve(
+    args: SimRunnerArgs,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), RunnerError> {
+    if let Some(dir) = &args.log_dir
+        && let Err(e) = std::fs::create_dir_all(dir)
+    {
+        return Err(RunnerError::Kubeconfig {
+            path: dir.clone(),
+            message: format!("cannot create log dir: {e}"),
+        });
+    }
+    let client = client(&args.kubeconfig).await?;
+    let pods: Api<Pod> = match &args.namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    };
+    let wc = watcher::Config::default().labels(&args.selector);
+    let mut events = watcher::watcher(pods, wc).default_backoff().boxed();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let stop2 = stop.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        stop2.notify_one();
+    });
+    info!(
+        "sim runner watching pods ({}) for task simulators{}",
+        args.selector,
+        if args.in_process { ", in process" } else { "" }
+    );
+    let mut runner = Runner {
+        args,
+        slots: HashMap::new(),
+        relist: None,
+    };
+    let mut tick = tokio::time::interval(TICK);
+    loop {
+        tokio::select! {
+            ev = events.next() => match ev {
+                Some(Ok(ev)) => runner.handle(ev).await,
+                // The backoff wrapper retries; report and carry on.
+                Some(Err(e)) => warn!("sim runner: pod watch error (retrying): {e}"),
+                None => {
+                    warn!("sim runner: pod watch ended");
+                    break;
+                }
+            },
+            _ = tick.tick() => runner.tick().await,
+            _ = stop.notified() => {
+                info!("sim runner stopping on signal");
+                break;
+            }
+        }
+    }
+    runner.stop_all().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = tokio::signal::ctrl_c() => {},
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodStatus};
+
+    fn pod(ip: &str, phase: &str, env: &[(&str, &str)]) -> Pod {
+        Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some("flp001-readout".into()),
+                namespace: Some("env-a".into()),
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some("flp001.cluster.local".into()),
+                containers: vec![Container {
+                    name: "task".into(),
+                    env: Some(
+                        env.iter()
+                            .map(|(k, v)| EnvVar {
+                                name: k.to_string(),
+                                value: Some(v.to_string()),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    ),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                pod_ip: Some(ip.into()),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn running_loopback_pod_gets_a_simulator_on_its_control_port() {
+        let p = pod(
+            "127.1.0.5",
+            "Running",
+            &[
+                ("OCC_CONTROL_PORT", "47123"),
+                ("ENVBRIDGE_CONTROL_MODE", "fairmq"),
+                ("ENVBRIDGE_SIM_FAIL_ON", "CONFIGURE"),
+                ("O2_ROLE", "flp001"),
+            ],
+        );
+        let s = desired(&p).unwrap();
+        assert_eq!(s.addr, "127.1.0.5:47123".parse().unwrap());
+        assert_eq!(s.mode, SimMode::Fairmq);
+        assert_eq!(s.pod, "env-a/flp001-readout");
+        assert_eq!(
+            s.env,
+            vec![("ENVBRIDGE_SIM_FAIL_ON".into(), "CONFIGURE".into())]
+        );
+    }
+
+    #[test]
+    fn other_pods_get_none() {
+        assert_eq!(desired(&pod("127.1.0.5", "Pending", &[])), None);
+        // Never anything outside loopback: the runner must not listen on real addresses.
+        assert_eq!(desired(&pod("10.0.0.5", "Running", &[])), None);
+        assert_eq!(
+            desired(&pod(
+                "127.1.0.5",
+                "Running",
+                &[("ENVBRIDGE_CONTROL_MODE", "basic")]
+            )),
+            None
+        );
+        let mut deleting = pod("127.1.0.5", "Running", &[]);
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-30T11:00:00Z".parse().unwrap(),
+            ));
+        assert_eq!(desired(&deleting), None);
+        let d = desired(&pod("127.1.0.5", "Running", &[])).unwrap();
+        assert_eq!(d.addr.port(), DEFAULT_CONTROL_PORT);
+        assert_eq!(d.mode, SimMode::Direct);
+    }
+}

@@ -1,0 +1,117 @@
+//! kwok's configuration: the Stage objects that drive simulated nodes and pods.
+//!
+//! The five lifecycle stages are kwok v0.8.0's own (kustomize/stage/{node,pod}/fast and
+//! node/heartbeat); two stages of ours inject outcomes on demand, selected by pod labels.
+
+/// Pod label that makes kwok fail a running pod (see stages/pod-sim-fail.yaml).
+pub const SIM_FAIL_LABEL: &str = "envbridge.dev/sim-fail";
+/// Pod annotations read by the failure stage.
+pub const SIM_FAIL_AFTER: &str = "envbridge.dev/sim-fail-after";
+pub const SIM_EXIT_CODE: &str = "envbridge.dev/sim-exit-code";
+pub const SIM_REASON: &str = "envbridge.dev/sim-reason";
+pub const SIM_MESSAGE: &str = "envbridge.dev/sim-message";
+/// Pod label that makes kwok complete a running pod with exit code 0.
+pub const SIM_SUCCEED_LABEL: &str = "envbridge.dev/sim-succeed";
+pub const SIM_SUCCEED_AFTER: &str = "envbridge.dev/sim-succeed-after";
+
+/// (name, YAML) of every stage given to kwok.
+pub const STAGES: &[(&str, &str)] = &[
+    (
+        "node-initialize",
+        include_str!("stages/node-initialize.yaml"),
+    ),
+    ("node-heartbeat", include_str!("stages/node-heartbeat.yaml")),
+    ("pod-ready", include_str!("stages/pod-ready.yaml")),
+    ("pod-complete", include_str!("stages/pod-complete.yaml")),
+    ("pod-delete", include_str!("stages/pod-delete.yaml")),
+    ("pod-sim-fail", include_str!("stages/pod-sim-fail.yaml")),
+    (
+        "pod-sim-succeed",
+        include_str!("stages/pod-sim-succeed.yaml"),
+    ),
+];
+
+/// The multi-document YAML passed to `kwok --config`. It holds no KwokConfiguration: kwok
+/// applies its defaults only when none is given (a partial one leaves parallelism at 0).
+pub fn kwok_config() -> String {
+    STAGES
+        .iter()
+        .map(|(_, yaml)| format!("{}\n", yaml.trim_end()))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn docs() -> Vec<serde_json::Value> {
+        kwok_config()
+            .split("\n---\n")
+            .map(|d| serde_saphyr::from_str::<serde_json::Value>(d).expect("valid YAML"))
+            .collect()
+    }
+
+    #[test]
+    fn config_holds_every_stage_once() {
+        let docs = docs();
+        let names: Vec<&str> = docs
+            .iter()
+            .map(|d| {
+                assert_eq!(d["kind"], "Stage");
+                assert_eq!(d["apiVersion"], "kwok.x-k8s.io/v1alpha1");
+                d["metadata"]["name"].as_str().expect("name")
+            })
+            .collect();
+        let expected: Vec<&str> = STAGES.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, expected);
+        for want in [
+            "node-initialize",
+            "node-heartbeat",
+            "pod-ready",
+            "pod-complete",
+            "pod-delete",
+        ] {
+            assert!(names.contains(&want), "missing {want}");
+        }
+    }
+
+    #[test]
+    fn failure_stage_is_selected_by_label_and_only_fails_running_pods() {
+        let docs = docs();
+        let fail = docs
+            .iter()
+            .find(|d| d["metadata"]["name"] == "pod-sim-fail")
+            .expect("fail stage");
+        let exprs = fail["spec"]["selector"]["matchExpressions"]
+            .as_array()
+            .expect("expressions");
+        let keys: Vec<&str> = exprs.iter().filter_map(|e| e["key"].as_str()).collect();
+        assert!(keys.iter().any(|k| k.contains(SIM_FAIL_LABEL)));
+        assert!(keys.contains(&".status.phase"));
+        let template = fail["spec"]["next"]["statusTemplate"]
+            .as_str()
+            .expect("template");
+        assert!(template.contains("phase: Failed"));
+        for a in [SIM_EXIT_CODE, SIM_REASON, SIM_MESSAGE] {
+            assert!(template.contains(a), "template ignores {a}");
+        }
+        assert!(
+            fail["spec"]["delay"]["durationFrom"]["expressionFrom"]
+                .as_str()
+                .expect("delay")
+                .contains(SIM_FAIL_AFTER)
+        );
+    }
+
+    #[test]
+    fn pod_ready_assigns_ips_from_the_node() {
+        let ready = STAGES
+            .iter()
+            .find(|(n, _)| *n == "pod-ready")
+            .map(|(_, y)| *y)
+            .expect("pod-ready");
+        assert!(ready.contains("PodIPsWith .spec.nodeName"));
+        assert!(ready.contains("NodeIPsWith .spec.nodeName"));
+    }
+}

@@ -1,0 +1,88 @@
+//! The state file (state.json) recording what `dev up` started.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{DevError, IoContext, Result};
+
+/// One started process; it leads its own process group (pgid == pid).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Component {
+    pub name: String,
+    pub pid: u32,
+    pub binary: PathBuf,
+    pub log: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PlaneState {
+    /// Versions key of the binaries (see binaries::KEY).
+    pub versions: String,
+    pub bin_dir: PathBuf,
+    pub apiserver_port: u16,
+    pub etcd_client_port: u16,
+    pub etcd_peer_port: u16,
+    pub kubeconfig: PathBuf,
+    pub nodes: u32,
+    pub components: Vec<Component>,
+}
+
+pub const FILE: &str = "state.json";
+
+pub fn load(dir: &Path) -> Result<Option<PlaneState>> {
+    let path = dir.join(FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| DevError::State {
+                path,
+                reason: e.to_string(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).ctx("reading", path),
+    }
+}
+
+/// Write atomically (temp file + rename) so a reader never sees half a file.
+pub fn save(dir: &Path, state: &PlaneState) -> Result<()> {
+    let path = dir.join(FILE);
+    let tmp = dir.join(format!("{FILE}.tmp"));
+    let json = serde_json::to_vec_pretty(state).map_err(|e| DevError::State {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    std::fs::write(&tmp, json).ctx("writing", &tmp)?;
+    std::fs::rename(&tmp, &path).ctx("renaming into place", &path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_reports_corruption() {
+        let dir = tempfile::tempdir().expect("tmp");
+        assert_eq!(load(dir.path()).expect("empty"), None);
+        let s = PlaneState {
+            versions: "k".into(),
+            bin_dir: "/b".into(),
+            apiserver_port: 1,
+            etcd_client_port: 2,
+            etcd_peer_port: 3,
+            kubeconfig: "/k".into(),
+            nodes: 4,
+            components: vec![Component {
+                name: "etcd".into(),
+                pid: 5,
+                binary: "/b/etcd".into(),
+                log: "/l".into(),
+            }],
+        };
+        save(dir.path(), &s).expect("save");
+        assert_eq!(load(dir.path()).expect("load"), Some(s));
+        std::fs::write(dir.path().join(FILE), "{").expect("corrupt");
+        let err = load(dir.path()).expect_err("corrupt");
+        assert!(err.to_string().contains("state.json"), "{err}");
+    }
+}

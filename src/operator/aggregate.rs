@@ -1,0 +1,304 @@
+//! Task states -> Environment status (state, counts, ready, failing tasks, transition). Pure.
+
+use std::collections::BTreeMap;
+
+use crate::crd::{FailingTask, Task, TransitionPhase, TransitionRequest, TransitionStatus};
+use crate::state::State;
+
+/// What the environment's tasks add up to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Aggregate {
+    pub state: State,
+    pub counts: BTreeMap<State, u32>,
+    pub ready: String,
+    pub failing_tasks: Vec<FailingTask>,
+    pub transition: Option<TransitionStatus>,
+}
+
+/// `tasks` are the environment's Task objects; `expected` is how many it should have (tasks
+/// not created yet count as DEPLOYING).
+pub fn aggregate(
+    desired: State,
+    transition: Option<&TransitionRequest>,
+    tasks: &[&Task],
+    expected: usize,
+) -> Aggregate {
+    let state_of = |t: &Task| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.state)
+            .unwrap_or(State::Deploying)
+    };
+    let mut counts: BTreeMap<State, u32> = BTreeMap::new();
+    for t in tasks {
+        *counts.entry(state_of(t)).or_default() += 1;
+    }
+    let missing = expected.saturating_sub(tasks.len());
+    if missing > 0 {
+        *counts.entry(State::Deploying).or_default() += missing as u32;
+    }
+    let total = tasks.len().max(expected);
+    let ready = format!("{}/{}", counts.get(&desired).copied().unwrap_or(0), total);
+
+    let mut failing_tasks: Vec<FailingTask> = tasks
+        .iter()
+        .filter(|t| state_of(t) == State::Error)
+        .map(|t| FailingTask {
+            name: t.metadata.name.clone().unwrap_or_default(),
+            node: t.spec.task.node.clone(),
+            path: t.spec.task.path.clone(),
+            critical: t.spec.task.critical,
+            message: t
+                .status
+                .as_ref()
+                .and_then(|s| s.message.clone())
+                .unwrap_or_default(),
+        })
+        .collect();
+    failing_tasks.sort_by(|a, b| (!a.critical, &a.name).cmp(&(!b.critical, &b.name)));
+
+    let state = if failing_tasks.iter().any(|f| f.critical) {
+        State::Error
+    } else {
+        // Non-critical tasks in ERROR are named, but do not decide the environment's state.
+        let mut deciding = tasks
+            .iter()
+            .map(|t| state_of(t))
+            .filter(|s| *s != State::Error)
+            .chain((missing > 0).then_some(State::Deploying));
+        match deciding.next() {
+            None => desired,
+            Some(first) if deciding.all(|s| s == first) => first,
+            Some(_) => State::Mixed,
+        }
+    };
+
+    let transition = transition.map(|req| transition_status(req, tasks, missing));
+    Aggregate {
+        state,
+        counts,
+        ready,
+        failing_tasks,
+        transition,
+    }
+}
+
+/// Succeeded once every critical task finished transition `req.id`; Failed as soon as one
+/// critical task failed it (or is in ERROR without having finished it).
+fn transition_status(req: &TransitionRequest, tasks: &[&Task], missing: usize) -> TransitionStatus {
+    let critical: Vec<&&Task> = tasks.iter().filter(|t| t.spec.task.critical).collect();
+    let of = |t: &Task| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.transition.as_ref())
+            .filter(|tr| tr.id == req.id)
+            .cloned()
+    };
+    let failed = critical.iter().find_map(|t| {
+        let st = t.status.as_ref();
+        match of(t) {
+            Some(tr) if tr.phase == TransitionPhase::Failed => Some((t, tr.message)),
+            Some(_) => None,
+            None if st.and_then(|s| s.state) == Some(State::Error) => Some((
+                t,
+                st.and_then(|s| s.message.clone())
+                    .unwrap_or_else(|| "task in ERROR".into()),
+            )),
+            None => None,
+        }
+    });
+    let (phase, message) = if let Some((t, msg)) = failed {
+        let name = t.metadata.name.as_deref().unwrap_or("");
+        (
+            TransitionPhase::Failed,
+            format!("task {name} (node {}): {msg}", t.spec.task.node),
+        )
+    } else if missing == 0
+        && critical
+            .iter()
+            .all(|t| of(t).is_some_and(|tr| tr.phase == TransitionPhase::Succeeded))
+    {
+        (TransitionPhase::Succeeded, String::new())
+    } else {
+        let done = critical.iter().filter(|t| of(t).is_some()).count();
+        (
+            TransitionPhase::Running,
+            format!("{done}/{} critical tasks done", critical.len()),
+        )
+    };
+    TransitionStatus {
+        id: req.id.clone(),
+        event: req.event,
+        phase,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{TaskSpec, TaskStatus};
+    use crate::plan::TaskRef;
+    use crate::state::Event;
+
+    fn task(
+        name: &str,
+        critical: bool,
+        state: Option<State>,
+        tr: Option<(&str, TransitionPhase, &str)>,
+    ) -> Task {
+        let tref = TaskRef {
+            name: name.into(),
+            node: "flp001".into(),
+            path: format!("p.{name}"),
+            critical,
+            ..Default::default()
+        };
+        let mut t = Task::new(
+            name,
+            TaskSpec {
+                environment: "e".into(),
+                task: tref,
+                transition: None,
+            },
+        );
+        t.status = Some(TaskStatus {
+            state,
+            message: (state == Some(State::Error)).then(|| format!("{name} broke")),
+            transition: tr.map(|(id, phase, m)| TransitionStatus {
+                id: id.into(),
+                event: Event::Configure,
+                phase,
+                message: m.into(),
+            }),
+            ..Default::default()
+        });
+        t
+    }
+
+    fn agg(
+        tasks: &[Task],
+        expected: usize,
+        tr: Option<&TransitionRequest>,
+        desired: State,
+    ) -> Aggregate {
+        let refs: Vec<&Task> = tasks.iter().collect();
+        aggregate(desired, tr, &refs, expected)
+    }
+
+    fn configure(id: &str) -> TransitionRequest {
+        TransitionRequest {
+            id: id.into(),
+            event: Event::Configure,
+            arguments: Default::default(),
+        }
+    }
+
+    #[test]
+    fn equal_states_mixed_and_counts() {
+        let s = Some(State::Standby);
+        let tasks = [task("a", true, s, None), task("b", true, s, None)];
+        let a = agg(&tasks, 2, None, State::Standby);
+        assert_eq!((a.state, a.ready.as_str()), (State::Standby, "2/2"));
+        let a = agg(&tasks, 3, None, State::Standby);
+        assert_eq!((a.state, a.ready.as_str()), (State::Mixed, "2/3"));
+        assert_eq!(
+            a.counts,
+            BTreeMap::from([(State::Deploying, 1), (State::Standby, 2)])
+        );
+        let tasks = [
+            task("a", true, s, None),
+            task("b", true, Some(State::Configured), None),
+        ];
+        assert_eq!(agg(&tasks, 2, None, State::Configured).state, State::Mixed);
+    }
+
+    #[test]
+    fn critical_error_fails_environment_non_critical_does_not() {
+        let s = Some(State::Standby);
+        let tasks = [
+            task("a", true, s, None),
+            task("b", false, Some(State::Error), None),
+        ];
+        let a = agg(&tasks, 2, None, State::Standby);
+        assert_eq!(a.state, State::Standby);
+        assert_eq!(a.failing_tasks.len(), 1);
+        assert!(!a.failing_tasks[0].critical);
+        assert_eq!(a.failing_tasks[0].message, "b broke");
+        let tasks = [
+            task("a", true, Some(State::Error), None),
+            task("b", false, Some(State::Error), None),
+        ];
+        let a = agg(&tasks, 2, None, State::Standby);
+        assert_eq!(a.state, State::Error);
+        assert_eq!(
+            a.failing_tasks
+                .iter()
+                .map(|f| (f.name.as_str(), f.critical))
+                .collect::<Vec<_>>(),
+            [("a", true), ("b", false)]
+        );
+    }
+
+    #[test]
+    fn transition_phases() {
+        use TransitionPhase::*;
+        let c = Some(State::Configured);
+        let req = configure("t1");
+        let tasks = [
+            task("a", true, c, Some(("t1", Succeeded, ""))),
+            task("b", true, Some(State::Standby), None),
+        ];
+        let a = agg(&tasks, 2, Some(&req), State::Configured);
+        assert_eq!(a.transition.as_ref().unwrap().phase, Running);
+        assert_eq!(a.transition.unwrap().message, "1/2 critical tasks done");
+        // An older transition id does not count for this one.
+        let tasks = [
+            task("a", true, c, Some(("t1", Succeeded, ""))),
+            task("b", true, c, Some(("t0", Succeeded, ""))),
+        ];
+        assert_eq!(
+            agg(&tasks, 2, Some(&req), State::Configured)
+                .transition
+                .unwrap()
+                .phase,
+            Running
+        );
+        // Non-critical tasks do not hold a transition back, nor fail it.
+        let tasks = [
+            task("a", true, c, Some(("t1", Succeeded, ""))),
+            task("b", false, Some(State::Error), Some(("t1", Failed, "x"))),
+        ];
+        assert_eq!(
+            agg(&tasks, 2, Some(&req), State::Configured)
+                .transition
+                .unwrap()
+                .phase,
+            Succeeded
+        );
+        let tasks = [
+            task(
+                "a",
+                true,
+                Some(State::Error),
+                Some(("t1", Failed, "ok=false from server")),
+            ),
+            task("b", true, Some(State::Standby), None),
+        ];
+        let tr = agg(&tasks, 2, Some(&req), State::Configured)
+            .transition
+            .unwrap();
+        assert_eq!(
+            (tr.phase, tr.message.as_str()),
+            (Failed, "task a (node flp001): ok=false from server")
+        );
+        let tasks = [task("a", true, Some(State::Error), None)];
+        let tr = agg(&tasks, 1, Some(&req), State::Configured)
+            .transition
+            .unwrap();
+        assert_eq!(
+            (tr.phase, tr.message.as_str()),
+            (Failed, "task a (node flp001): a broke")
+        );
+    }
+}

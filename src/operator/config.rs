@@ -1,0 +1,100 @@
+//! `envbridge operator` settings: flags, each also settable by an environment variable.
+
+use std::time::Duration;
+
+use super::pod::PodSettings;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct OperatorArgs {
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "ENVBRIDGE_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Tasks reconciled at once (pods created, control calls in flight); 0 = unbounded.
+    #[arg(long, env = "ENVBRIDGE_TASK_CONCURRENCY", default_value_t = 256)]
+    pub task_concurrency: u16,
+    /// Environments reconciled at once; 0 = unbounded.
+    #[arg(long, env = "ENVBRIDGE_ENV_CONCURRENCY", default_value_t = 8)]
+    pub env_concurrency: u16,
+    /// Task object writes in flight per environment reconcile.
+    #[arg(long, env = "ENVBRIDGE_APPLY_CONCURRENCY", default_value_t = 64)]
+    pub apply_concurrency: usize,
+    /// Port of each task's headless discovery Service (`headless_discovery_port`).
+    #[arg(
+        long,
+        env = "ENVBRIDGE_HEADLESS_DISCOVERY_PORT",
+        default_value_t = 47000
+    )]
+    pub headless_discovery_port: u16,
+    /// `HOME` of a task process = this + `/` + its user.
+    #[arg(long, env = "ENVBRIDGE_HOME_BASE", default_value = "/home")]
+    pub home_base: String,
+    /// `USER` of task processes whose reference names none.
+    #[arg(long, env = "ENVBRIDGE_DEFAULT_USER", default_value = "flp")]
+    pub default_user: String,
+    /// FairMQ OCC plugin directory (`-S <dir>/lib/`).
+    #[arg(
+        long,
+        env = "ENVBRIDGE_FAIRMQ_PLUGIN_DIR",
+        default_value = "$(CONTROL_OCCPLUGIN_ROOT)"
+    )]
+    pub fairmq_plugin_dir: String,
+    /// Per-call control deadline, seconds, for tasks without `timeoutSeconds`.
+    #[arg(long, env = "ENVBRIDGE_CONTROL_TIMEOUT", default_value_t = 30)]
+    pub control_timeout_seconds: u32,
+    /// How long a Running pod's control port may stay unreachable before the task is ERROR, seconds.
+    #[arg(long, env = "ENVBRIDGE_CONNECT_TIMEOUT", default_value_t = 30)]
+    pub connect_timeout_seconds: u32,
+    /// Keep pods whose process ended (failed or done) for debugging, instead of deleting them.
+    #[arg(long, env = "ENVBRIDGE_KEEP_PODS")]
+    pub keep_pods: bool,
+    /// Debounce of environment status updates, milliseconds.
+    #[arg(long, env = "ENVBRIDGE_STATUS_DEBOUNCE_MS", default_value_t = 250)]
+    pub status_debounce_ms: u64,
+    /// Run without leader election (a single replica, tests).
+    #[arg(long, env = "ENVBRIDGE_NO_LEADER_ELECTION")]
+    pub no_leader_election: bool,
+    #[arg(
+        long,
+        env = "ENVBRIDGE_LEASE_NAME",
+        default_value = "envbridge-operator"
+    )]
+    pub lease_name: String,
+    /// Namespace of the Lease (default: POD_NAMESPACE, else `default`).
+    #[arg(long, env = "ENVBRIDGE_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// This replica's identity in the Lease (default: POD_NAME, else the host name + pid).
+    #[arg(long, env = "ENVBRIDGE_IDENTITY")]
+    pub identity: Option<String>,
+    /// Log as JSON lines.
+    #[arg(long, env = "ENVBRIDGE_LOG_JSON")]
+    pub log_json: bool,
+}
+
+impl Default for OperatorArgs {
+    fn default() -> Self {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            args: OperatorArgs,
+        }
+        // No flags given: every field takes its declared default.
+        Wrap::parse_from(["operator"]).args
+    }
+}
+
+impl OperatorArgs {
+    pub fn pod_settings(&self) -> PodSettings {
+        PodSettings {
+            home_base: self.home_base.clone(),
+            default_user: self.default_user.clone(),
+            fairmq_plugin_dir: self.fairmq_plugin_dir.clone(),
+        }
+    }
+
+    pub fn control_deadline(&self, task_timeout: Option<u32>) -> Duration {
+        Duration::from_secs(u64::from(
+            task_timeout.unwrap_or(self.control_timeout_seconds).max(1),
+        ))
+    }
+}

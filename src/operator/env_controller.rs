@@ -1,0 +1,533 @@
+//! Environment controller: verified TaskSets -> one Task per task reference; task states ->
+//! Environment status; Events on state changes; a finalizer that leaves nothing behind.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KEvent, EventType};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tracing::{info, warn};
+
+use super::aggregate::aggregate;
+use super::names::label_value;
+use super::runtime::Ctx;
+use super::task_sets::{
+    ENV_FINALIZER, SetProblem, build_task, collect_tasks, task_up_to_date, tasks_sha256,
+};
+use super::{Error, FIELD_MANAGER, Result};
+use crate::crd::{Environment, EnvironmentStatus, Task, TaskSet, labels};
+use crate::state::State;
+
+pub const COND_SETS: &str = "TaskSetsVerified";
+pub const COND_CREATED: &str = "TasksCreated";
+
+pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
+    ctx.listed().await;
+    let ns = env.namespace().unwrap_or_default();
+    let name = env.name_any();
+    let api: Api<Environment> = Api::namespaced(ctx.client.clone(), &ns);
+    if env.metadata.deletion_timestamp.is_some() {
+        return finalize(&env, &ctx, &api).await;
+    }
+    if !env.finalizers().iter().any(|f| f == ENV_FINALIZER) {
+        let mut finalizers = env.finalizers().to_vec();
+        finalizers.push(ENV_FINALIZER.into());
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": env.resource_version()}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::kube("add finalizer to", "Environment", &ns, &name, e))?;
+        // The patch triggers the next reconcile with the finalizer in place.
+        return Ok(Action::await_change());
+    }
+
+    let old = env.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    let generation = env.metadata.generation;
+    let refs = collect_tasks(
+        &env,
+        |set| ctx.task_sets.get(&reflector_ref::<TaskSet>(set, &ns)),
+        |set| cached_hash(&ctx, set),
+    );
+    let refs = match refs {
+        Ok(refs) => refs,
+        Err(problem) => {
+            set_condition(
+                &mut status.conditions,
+                COND_SETS,
+                false,
+                reason_of(&problem),
+                &problem.to_string(),
+                generation,
+            );
+            write_status(&ctx, &api, &env, &old, status).await?;
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+    };
+    let msg = format!(
+        "{} tasks in {} TaskSets",
+        refs.len(),
+        env.spec.task_sets.len()
+    );
+    set_condition(
+        &mut status.conditions,
+        COND_SETS,
+        true,
+        "Verified",
+        &msg,
+        generation,
+    );
+
+    let digest = sets_digest(&env);
+    let created_before = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == COND_CREATED && c.status == "True" && c.message.ends_with(&digest));
+    let env_uid = env.uid().unwrap_or_default();
+    let mine = |t: &Task| {
+        t.namespace().as_deref() == Some(ns.as_str())
+            && t.spec.environment == name
+            && t.owner_references().iter().any(|o| o.uid == env_uid)
+    };
+
+    if old.observed_generation != generation || !created_before {
+        let writes: Vec<Task> = refs
+            .iter()
+            .filter_map(|r| {
+                let want = build_task(&env, r);
+                match ctx.tasks.get(&reflector_ref::<Task>(&r.name, &ns)) {
+                    // Being deleted (killed or replaced): not re-created in this generation.
+                    Some(t) if t.metadata.deletion_timestamp.is_some() => None,
+                    Some(t) if task_up_to_date(&t, &want) => None,
+                    Some(_) => Some(want),
+                    // Created once already and since deleted (a killed task): stays gone.
+                    None if created_before => None,
+                    None => Some(want),
+                }
+            })
+            .collect();
+        let total = writes.len();
+        let task_api: Api<Task> = Api::namespaced(ctx.client.clone(), &ns);
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        stream::iter(writes)
+            .map(|t| {
+                let api = task_api.clone();
+                let pp = pp.clone();
+                let ns = ns.clone();
+                async move {
+                    let tname = t.name_any();
+                    api.patch(&tname, &pp, &Patch::Apply(&t))
+                        .await
+                        .map_err(|e| Error::kube("apply", "Task", &ns, &tname, e))
+                }
+            })
+            .buffer_unordered(ctx.args.apply_concurrency.max(1))
+            .try_for_each(|_| async { Ok(()) })
+            .await?;
+        // Tasks of this environment that no reference names any more (a new render).
+        let wanted: std::collections::HashSet<&str> =
+            refs.iter().map(|r| r.name.as_str()).collect();
+        let stale: Vec<String> = ctx
+            .tasks
+            .state()
+            .iter()
+            .filter(|t| mine(t) && t.metadata.deletion_timestamp.is_none())
+            .map(|t| t.name_any())
+            .filter(|n| !wanted.contains(n.as_str()))
+            .collect();
+        for t in &stale {
+            delete_ignore_missing(&task_api, t, "Task", &ns).await?;
+        }
+        if total > 0 || !stale.is_empty() {
+            info!(env = %name, namespace = %ns, applied = total, deleted = stale.len(), "tasks written");
+        }
+        let msg = format!("{} tasks created from TaskSets {digest}", refs.len());
+        set_condition(
+            &mut status.conditions,
+            COND_CREATED,
+            true,
+            "Created",
+            &msg,
+            generation,
+        );
+        status.observed_generation = generation;
+    }
+
+    let tasks: Vec<Arc<Task>> = ctx.tasks.state().into_iter().filter(|t| mine(t)).collect();
+    let task_refs: Vec<&Task> = tasks.iter().map(|t| t.as_ref()).collect();
+    // Every referenced task counts: one not (yet) in the store is DEPLOYING, so a lagging
+    // store never makes the environment look complete early.
+    let expected = refs.len();
+    let agg = aggregate(
+        env.spec.desired_state,
+        env.spec.transition.as_ref(),
+        &task_refs,
+        expected,
+    );
+    status.state = Some(agg.state);
+    status.counts = agg.counts;
+    status.ready = Some(agg.ready);
+    status.failing_tasks = agg.failing_tasks;
+    status.transition = agg.transition;
+    publish_changes(&ctx, &env, &old, &status).await;
+    write_status(&ctx, &api, &env, &old, status).await?;
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+pub fn error_policy(env: Arc<Environment>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+    warn!(env = %env.name_any(), error = %err, "environment reconcile failed, retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+fn reflector_ref<K: Resource<DynamicType = ()>>(
+    name: &str,
+    ns: &str,
+) -> kube::runtime::reflector::ObjectRef<K> {
+    kube::runtime::reflector::ObjectRef::new(name).within(ns)
+}
+
+fn cached_hash(ctx: &Ctx, set: &TaskSet) -> String {
+    let uid = set.uid().unwrap_or_default();
+    let rv = set.resource_version().unwrap_or_default();
+    if let Some(hit) = ctx.set_hashes.get(&uid)
+        && hit.0 == rv
+    {
+        return hit.1.clone();
+    }
+    let h = tasks_sha256(&set.spec.tasks);
+    ctx.set_hashes.insert(uid, (rv, h.clone()));
+    h
+}
+
+/// Identifies the environment's set of TaskSets (what "created" refers to).
+fn sets_digest(env: &Environment) -> String {
+    let mut h = Sha256::new();
+    for r in &env.spec.task_sets {
+        h.update(r.name.as_bytes());
+        h.update(b"/");
+        h.update(r.sha256.as_bytes());
+        h.update(b"\n");
+    }
+    hex::encode(&h.finalize()[..6])
+}
+
+fn reason_of(p: &SetProblem) -> &'static str {
+    match p {
+        SetProblem::Missing(_) => "TaskSetMissing",
+        SetProblem::HashMismatch { .. } => "HashMismatch",
+        SetProblem::WrongEnvironment { .. } => "WrongEnvironment",
+        SetProblem::Duplicate { .. } => "DuplicateTask",
+        SetProblem::Count { .. } => "TaskCountMismatch",
+    }
+}
+
+/// Sets a condition; its lastTransitionTime changes only when its status does (no spinning).
+pub fn set_condition(
+    conds: &mut Vec<Condition>,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
+    let status = if ok { "True" } else { "False" };
+    let time = match conds.iter().find(|c| c.type_ == type_) {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => Time(jiff::Timestamp::now()),
+    };
+    let cond = Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        observed_generation: generation,
+        last_transition_time: time,
+    };
+    match conds.iter_mut().find(|c| c.type_ == type_) {
+        Some(slot) => *slot = cond,
+        None => conds.push(cond),
+    }
+}
+
+/// Writes status (server-side apply) only when it differs from what is stored.
+async fn write_status(
+    ctx: &Ctx,
+    api: &Api<Environment>,
+    env: &Environment,
+    old: &EnvironmentStatus,
+    status: EnvironmentStatus,
+) -> Result<()> {
+    if &status == old {
+        return Ok(());
+    }
+    let name = env.name_any();
+    let patch =
+        json!({"apiVersion": crate::crd::API_VERSION, "kind": "Environment", "status": status});
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let _ = ctx;
+    api.patch_status(&name, &pp, &Patch::Apply(&patch))
+        .await
+        .map_err(|e| {
+            Error::kube(
+                "patch status of",
+                "Environment",
+                &env.namespace().unwrap_or_default(),
+                &name,
+                e,
+            )
+        })?;
+    Ok(())
+}
+
+async fn publish_changes(
+    ctx: &Ctx,
+    env: &Environment,
+    old: &EnvironmentStatus,
+    new: &EnvironmentStatus,
+) {
+    let reference = env.object_ref(&());
+    for (type_, reason, note) in status_events(old, new) {
+        let ev = KEvent {
+            type_,
+            reason,
+            note: Some(truncate(&note, 1000)),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+            warn!(env = %env.name_any(), error = %e, "could not publish event");
+        }
+    }
+}
+
+/// The Events a status change deserves. The recorder folds events of equal reason into one
+/// series, so the reason names the new state (`StateStandby`) or the transition outcome
+/// (`ConfigureSucceeded`).
+pub fn status_events(
+    old: &EnvironmentStatus,
+    new: &EnvironmentStatus,
+) -> Vec<(EventType, String, String)> {
+    let mut events = Vec::new();
+    if old.state != new.state
+        && let Some(state) = new.state
+    {
+        let from = old
+            .state
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "none".into());
+        let ready = new.ready.clone().unwrap_or_default();
+        let reason = format!("State{}", pascal(state.as_str()));
+        if state == State::Error {
+            let names: Vec<String> = new
+                .failing_tasks
+                .iter()
+                .filter(|f| f.critical)
+                .map(|f| format!("{} ({})", f.name, f.message))
+                .collect();
+            events.push((
+                EventType::Warning,
+                reason,
+                format!("{from} -> ERROR: {}", names.join("; ")),
+            ));
+        } else {
+            events.push((
+                EventType::Normal,
+                reason,
+                format!("{from} -> {state} (ready {ready})"),
+            ));
+        }
+    }
+    if let Some(tr) = &new.transition
+        && old.transition.as_ref().map(|o| (&o.id, o.phase)) != Some((&tr.id, tr.phase))
+    {
+        use crate::crd::TransitionPhase::*;
+        let (ty, outcome) = match tr.phase {
+            Running => (EventType::Normal, "Running"),
+            Succeeded => (EventType::Normal, "Succeeded"),
+            Failed => (EventType::Warning, "Failed"),
+        };
+        let reason = format!("{}{outcome}", pascal(tr.event.as_str()));
+        let note = if tr.message.is_empty() {
+            format!("{} {}", tr.event, tr.id)
+        } else {
+            format!("{} {}: {}", tr.event, tr.id, tr.message)
+        };
+        events.push((ty, reason, note));
+    }
+    events
+}
+
+/// `GO_ERROR` -> `GoError`.
+fn pascal(s: &str) -> String {
+    s.split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            match c.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + &c.as_str().to_ascii_lowercase(),
+                None => String::new(),
+            }
+        })
+        .collect()
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+async fn delete_ignore_missing<K>(
+    api: &Api<K>,
+    name: &str,
+    kind: &'static str,
+    ns: &str,
+) -> Result<()>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(e) => Err(Error::kube("delete", kind, ns, name, e)),
+    }
+}
+
+/// Deletes the environment's Tasks and waits until they, their Pods and Services are gone.
+async fn finalize(env: &Environment, ctx: &Ctx, api: &Api<Environment>) -> Result<Action> {
+    let ns = env.namespace().unwrap_or_default();
+    let name = env.name_any();
+    if !env.finalizers().iter().any(|f| f == ENV_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let env_label = label_value(&name);
+    let of_env = |l: &std::collections::BTreeMap<String, String>| {
+        l.get(labels::ENVIRONMENT) == Some(&env_label)
+    };
+    let tasks: Vec<Arc<Task>> = ctx
+        .tasks
+        .state()
+        .into_iter()
+        .filter(|t| {
+            t.namespace().as_deref() == Some(ns.as_str())
+                && (t.spec.environment == name || of_env(t.labels()))
+        })
+        .collect();
+    let task_api: Api<Task> = Api::namespaced(ctx.client.clone(), &ns);
+    let to_delete: Vec<String> = tasks
+        .iter()
+        .filter(|t| t.metadata.deletion_timestamp.is_none())
+        .map(|t| t.name_any())
+        .collect();
+    stream::iter(to_delete)
+        .map(|t| {
+            let api = task_api.clone();
+            let ns = ns.clone();
+            async move { delete_ignore_missing(&api, &t, "Task", &ns).await }
+        })
+        .buffer_unordered(ctx.args.apply_concurrency.max(1))
+        .try_for_each(|_| async { Ok(()) })
+        .await?;
+    let pods = ctx
+        .pods
+        .state()
+        .iter()
+        .filter(|p: &&Arc<Pod>| p.namespace().as_deref() == Some(ns.as_str()) && of_env(p.labels()))
+        .count();
+    let svcs = ctx
+        .services
+        .state()
+        .iter()
+        .filter(|s: &&Arc<Service>| {
+            s.namespace().as_deref() == Some(ns.as_str()) && of_env(s.labels())
+        })
+        .count();
+    if !tasks.is_empty() || pods > 0 || svcs > 0 {
+        info!(env = %name, tasks = tasks.len(), pods, services = svcs, "waiting for the environment's objects to go");
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    let rest: Vec<String> = env
+        .finalizers()
+        .iter()
+        .filter(|f| *f != ENV_FINALIZER)
+        .cloned()
+        .collect();
+    let patch =
+        json!({"metadata": {"finalizers": rest, "resourceVersion": env.resource_version()}});
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.is_not_found() => {}
+        Err(e) => {
+            return Err(Error::kube(
+                "remove finalizer from",
+                "Environment",
+                &ns,
+                &name,
+                e,
+            ));
+        }
+    }
+    info!(env = %name, namespace = %ns, "environment cleaned up");
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{FailingTask, TransitionPhase, TransitionStatus};
+    use crate::state::Event;
+
+    #[test]
+    fn events_name_the_new_state_and_the_transition_outcome() {
+        let old = EnvironmentStatus {
+            state: Some(State::Mixed),
+            ..Default::default()
+        };
+        let new = EnvironmentStatus {
+            state: Some(State::Error),
+            failing_tasks: vec![FailingTask {
+                name: "t1".into(),
+                critical: true,
+                message: "boom".into(),
+                ..Default::default()
+            }],
+            transition: Some(TransitionStatus {
+                id: "x".into(),
+                event: Event::GoError,
+                phase: TransitionPhase::Failed,
+                message: "m".into(),
+            }),
+            ..Default::default()
+        };
+        let ev = status_events(&old, &new);
+        assert_eq!(ev[0].1, "StateError");
+        assert_eq!(ev[0].2, "MIXED -> ERROR: t1 (boom)");
+        assert_eq!(
+            (ev[1].0, ev[1].1.as_str(), ev[1].2.as_str()),
+            (EventType::Warning, "GoErrorFailed", "GO_ERROR x: m")
+        );
+        assert!(status_events(&new, &new).is_empty());
+        let mut cond = Vec::new();
+        set_condition(&mut cond, "A", true, "R", "m", Some(1));
+        let t0 = cond[0].last_transition_time.clone();
+        set_condition(&mut cond, "A", true, "R2", "m2", Some(2));
+        assert_eq!(
+            cond[0].last_transition_time, t0,
+            "time kept while the status holds"
+        );
+        assert_eq!(cond[0].reason, "R2");
+    }
+}

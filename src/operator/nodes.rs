@@ -1,0 +1,128 @@
+//! machine_id -> Kubernetes Node name. Pure: works on (name, labels) pairs from the node store.
+//!
+//! Workflows name hosts by their short name (`flp001`) while Kubernetes names nodes by FQDN
+//! (`flp001.cluster.local`): the anchor had to patch that mismatch by hand.
+
+use std::collections::BTreeMap;
+
+use crate::crd::labels;
+
+/// Why a machine_id names no single Node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeError {
+    #[error(
+        "no Node for machine_id {id:?}: none is labelled {label}={id}, named {id:?}, or named \"{id}.*\""
+    )]
+    NotFound { id: String, label: &'static str },
+    #[error("machine_id {id:?} is ambiguous: {rule} matches several Nodes ({})", .nodes.join(", "))]
+    Ambiguous {
+        id: String,
+        rule: &'static str,
+        nodes: Vec<String>,
+    },
+}
+
+/// The Node a task with `machine_id` runs on: the Node labelled `envbridge.dev/host=<id>`,
+/// else the Node named exactly `<id>`, else the single Node whose name starts with `<id>.`.
+pub fn resolve<'a, I>(machine_id: &str, nodes: I) -> Result<String, NodeError>
+where
+    I: IntoIterator<Item = (&'a str, Option<&'a BTreeMap<String, String>>)> + Clone,
+{
+    let labelled: Vec<&str> = nodes
+        .clone()
+        .into_iter()
+        .filter(|(_, l)| {
+            l.and_then(|l| l.get(labels::HOST))
+                .is_some_and(|v| v == machine_id)
+        })
+        .map(|(n, _)| n)
+        .collect();
+    match labelled.as_slice() {
+        [one] => return Ok((*one).to_string()),
+        [] => {}
+        many => return Err(ambiguous(machine_id, "the host label", many)),
+    }
+    if let Some((name, _)) = nodes.clone().into_iter().find(|(n, _)| *n == machine_id) {
+        return Ok(name.to_string());
+    }
+    let prefix = format!("{machine_id}.");
+    let prefixed: Vec<&str> = nodes
+        .into_iter()
+        .filter(|(n, _)| n.starts_with(&prefix))
+        .map(|(n, _)| n)
+        .collect();
+    match prefixed.as_slice() {
+        [one] => Ok((*one).to_string()),
+        [] => Err(NodeError::NotFound {
+            id: machine_id.to_string(),
+            label: labels::HOST,
+        }),
+        many => Err(ambiguous(machine_id, "the name prefix", many)),
+    }
+}
+
+fn ambiguous(id: &str, rule: &'static str, nodes: &[&str]) -> NodeError {
+    let mut nodes: Vec<String> = nodes.iter().map(|s| s.to_string()).collect();
+    nodes.sort();
+    NodeError::Ambiguous {
+        id: id.to_string(),
+        rule,
+        nodes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, host: Option<&str>) -> (String, BTreeMap<String, String>) {
+        let mut l = BTreeMap::new();
+        if let Some(h) = host {
+            l.insert(labels::HOST.to_string(), h.to_string());
+        }
+        (name.to_string(), l)
+    }
+
+    fn run(id: &str, nodes: &[(String, BTreeMap<String, String>)]) -> Result<String, NodeError> {
+        resolve(id, nodes.iter().map(|(n, l)| (n.as_str(), Some(l))))
+    }
+
+    #[test]
+    fn label_wins_over_name() {
+        let nodes = [
+            node("flp001", None),
+            node("x.cluster.local", Some("flp001")),
+        ];
+        assert_eq!(run("flp001", &nodes).unwrap(), "x.cluster.local");
+    }
+
+    #[test]
+    fn exact_name_then_fqdn_prefix() {
+        let nodes = [node("flp001", None), node("flp001.cluster.local", None)];
+        assert_eq!(run("flp001", &nodes).unwrap(), "flp001");
+        let nodes = [
+            node("flp002.cluster.local", None),
+            node("flp0021.cluster.local", None),
+        ];
+        assert_eq!(run("flp002", &nodes).unwrap(), "flp002.cluster.local");
+    }
+
+    #[test]
+    fn none_or_several_is_an_error() {
+        let nodes = [
+            node("flp001.a", None),
+            node("flp001.b", None),
+            node("flp003", None),
+        ];
+        let err = run("flp001", &nodes).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "machine_id \"flp001\" is ambiguous: the name prefix matches several Nodes (flp001.a, flp001.b)"
+        );
+        let err = run("flp009", &nodes).unwrap_err();
+        assert!(matches!(err, NodeError::NotFound { .. }), "{err}");
+        assert!(err.to_string().contains("envbridge.dev/host=flp009"));
+        let nodes = [node("a", Some("h")), node("b", Some("h"))];
+        assert!(matches!(run("h", &nodes), Err(NodeError::Ambiguous { .. })));
+    }
+}

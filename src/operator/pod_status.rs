@@ -1,0 +1,187 @@
+//! What a Pod says about its task: phase, IP, and failures detected early. Pure.
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+/// Waiting reasons that will not resolve on their own: reported at once, not after a timeout.
+const FATAL_WAITING: [&str; 6] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodView {
+    /// Exactly as Kubernetes names it (Pending, Running, Succeeded, Failed, Unknown).
+    pub phase: String,
+    pub ip: Option<String>,
+    /// Why the task's process is not (and will not be) running, when it failed.
+    pub failure: Option<String>,
+    /// The process ended with exit code 0.
+    pub succeeded: bool,
+}
+
+pub fn observe(pod: &Pod) -> PodView {
+    let status = pod.status.as_ref();
+    let phase = status
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_else(|| "Pending".into());
+    let ip = status
+        .and_then(|s| s.pod_ip.clone())
+        .filter(|ip| !ip.is_empty());
+    let containers: &[ContainerStatus] = status
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or(&[]);
+    let failure = containers
+        .iter()
+        .find_map(container_failure)
+        .or_else(|| (phase == "Failed").then(|| phase_failure(pod)));
+    let succeeded = phase == "Succeeded" && failure.is_none();
+    PodView {
+        phase,
+        ip,
+        failure,
+        succeeded,
+    }
+}
+
+fn container_failure(c: &ContainerStatus) -> Option<String> {
+    let state = c.state.as_ref()?;
+    if let Some(w) = &state.waiting {
+        let reason = w.reason.as_deref().unwrap_or("");
+        if FATAL_WAITING.contains(&reason) {
+            let msg = w
+                .message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default();
+            return Some(format!("container {} {reason}{msg}", c.name));
+        }
+    }
+    if let Some(t) = &state.terminated
+        && t.exit_code != 0
+    {
+        let reason = t.reason.as_deref().unwrap_or("Error");
+        let msg = t
+            .message
+            .as_deref()
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default();
+        return Some(format!(
+            "container {} exited with code {} ({reason}){msg}",
+            c.name, t.exit_code
+        ));
+    }
+    None
+}
+
+fn phase_failure(pod: &Pod) -> String {
+    let s = pod.status.as_ref();
+    let reason = s.and_then(|s| s.reason.as_deref()).unwrap_or("");
+    let message = s.and_then(|s| s.message.as_deref()).unwrap_or("");
+    match (reason.is_empty(), message.is_empty()) {
+        (true, true) => "pod phase Failed".into(),
+        (false, true) => format!("pod phase Failed ({reason})"),
+        (true, false) => format!("pod phase Failed: {message}"),
+        (false, false) => format!("pod phase Failed ({reason}): {message}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStateWaiting, PodStatus,
+    };
+
+    use super::*;
+
+    fn pod(phase: &str, containers: Vec<ContainerStatus>) -> Pod {
+        Pod {
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                pod_ip: Some("127.1.0.5".into()),
+                container_statuses: Some(containers),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn waiting(reason: &str) -> ContainerStatus {
+        ContainerStatus {
+            name: "task".into(),
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(reason.into()),
+                    message: Some("m".into()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn exited(code: i32) -> ContainerStatus {
+        ContainerStatus {
+            name: "task".into(),
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: code,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn running_pod_has_ip_and_no_failure() {
+        let v = observe(&pod("Running", vec![]));
+        assert_eq!(
+            v,
+            PodView {
+                phase: "Running".into(),
+                ip: Some("127.1.0.5".into()),
+                failure: None,
+                succeeded: false
+            }
+        );
+    }
+
+    #[test]
+    fn image_and_crash_failures_are_early() {
+        for r in [
+            "ErrImagePull",
+            "ImagePullBackOff",
+            "InvalidImageName",
+            "CrashLoopBackOff",
+        ] {
+            let v = observe(&pod("Pending", vec![waiting(r)]));
+            assert_eq!(v.failure, Some(format!("container task {r}: m")));
+        }
+        assert_eq!(
+            observe(&pod("Pending", vec![waiting("ContainerCreating")])).failure,
+            None
+        );
+    }
+
+    #[test]
+    fn exit_codes_and_failed_phase() {
+        let v = observe(&pod("Failed", vec![exited(3)]));
+        assert_eq!(
+            v.failure.as_deref(),
+            Some("container task exited with code 3 (Error)")
+        );
+        let v = observe(&pod("Succeeded", vec![exited(0)]));
+        assert!(v.succeeded && v.failure.is_none());
+        let mut p = pod("Failed", vec![]);
+        p.status.as_mut().unwrap().reason = Some("Evicted".into());
+        assert_eq!(
+            observe(&p).failure.as_deref(),
+            Some("pod phase Failed (Evicted)")
+        );
+    }
+}

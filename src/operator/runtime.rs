@@ -1,0 +1,408 @@
+//! Wiring: one watch per kind into reflector stores (managedFields pruned), the two
+//! controllers, leader election, shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::{DashMap, DashSet};
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, controller, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use kube_lease_manager::LeaseManagerBuilder;
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::pod::PodSettings;
+use super::{Error, OperatorArgs, Result, env_controller, task_controller};
+use crate::crd::{Environment, Task, TaskSet, TaskTemplate, labels};
+
+/// Everything a reconcile reads: stores fed by watches (never a GET per reconcile).
+pub struct Ctx {
+    pub client: Client,
+    pub args: OperatorArgs,
+    pub pod_settings: PodSettings,
+    pub tasks: Store<Task>,
+    pub pods: Store<Pod>,
+    pub services: Store<Service>,
+    pub nodes: Store<Node>,
+    pub templates: Store<TaskTemplate>,
+    pub task_sets: Store<TaskSet>,
+    pub recorder: Recorder,
+    /// Tasks whose process state was read since this operator started (re-attach check).
+    pub verified: DashSet<String>,
+    /// TaskSet uid -> (resourceVersion, sha256): TaskSets are immutable, hash each once.
+    pub set_hashes: DashMap<String, (String, String)>,
+    listed: tokio::sync::watch::Receiver<bool>,
+}
+
+fn scoped<K>(client: &Client, ns: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// A watch with backoff, managedFields dropped, mirrored into a store.
+fn reflect<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+) -> (
+    Store<K>,
+    impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, cfg).default_backoff().modify(|o: &mut K| {
+            o.managed_fields_mut().clear();
+        }),
+    );
+    (reader, stream)
+}
+
+fn drain<S, T>(name: &'static str, s: S) -> tokio::task::JoinHandle<()>
+where
+    S: Stream<Item = watcher::Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::spawn(async move {
+        s.for_each(|r| {
+            if let Err(e) = r {
+                warn!(watch = name, error = %e, "watch error (retrying)");
+            }
+            std::future::ready(())
+        })
+        .await
+    })
+}
+
+fn log_errors<T>(
+    s: impl Stream<Item = watcher::Result<T>>,
+    name: &'static str,
+) -> impl Stream<Item = watcher::Result<T>> {
+    s.inspect(move |r| {
+        if let Err(e) = r {
+            warn!(watch = name, error = %e, "watch error (retrying)");
+        }
+    })
+}
+
+/// Resolves once every store has its first complete list. One waiter per store: kube's
+/// `Store::wait_until_ready` wakes a single waiter reliably, not hundreds of reconciles.
+async fn all_listed(stores: Vec<(&'static str, BoxFuture<'static, ()>)>) {
+    for (name, mut fut) in stores {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), &mut fut).await {
+                Ok(()) => break,
+                Err(_) => warn!(store = name, "watch has not listed yet"),
+            }
+        }
+    }
+}
+
+fn listed<K>(store: &Store<K>) -> BoxFuture<'static, ()>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let store = store.clone();
+    async move {
+        let _ = store.wait_until_ready().await;
+    }
+    .boxed()
+}
+
+impl Ctx {
+    /// Reconciles wait here until every watch has listed (no decision on a partial view).
+    pub async fn listed(&self) {
+        let mut rx = self.listed.clone();
+        let _ = rx.wait_for(|ready| *ready).await;
+    }
+}
+
+/// Runs both controllers until `shutdown` fires (no leader election: callers that need it use [`run`]).
+pub async fn run_controllers(
+    client: Client,
+    args: OperatorArgs,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let ns = args.namespace.clone();
+    let ns = ns.as_deref();
+    let managed = watcher::Config::default()
+        .labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER))
+        .any_semantic();
+    let plain = watcher::Config::default().any_semantic();
+
+    let (tasks, task_stream) = reflect(scoped::<Task>(&client, ns), managed.clone());
+    let (pods, pod_stream) = reflect(scoped::<Pod>(&client, ns), managed.clone());
+    let (services, svc_stream) = reflect(scoped::<Service>(&client, ns), managed.clone());
+    let (task_sets, set_stream) = reflect(scoped::<TaskSet>(&client, ns), plain.clone());
+    let (nodes, node_stream) = reflect(Api::<Node>::all(client.clone()), plain.clone());
+    let (templates, tmpl_stream) = reflect(Api::<TaskTemplate>::all(client.clone()), plain.clone());
+    let background = [
+        drain("nodes", node_stream),
+        drain("tasktemplates", tmpl_stream),
+    ];
+
+    let reporter = Reporter {
+        controller: super::FIELD_MANAGER.into(),
+        instance: args
+            .identity
+            .clone()
+            .or_else(|| std::env::var("POD_NAME").ok()),
+    };
+    let (listed_tx, listed_rx) = tokio::sync::watch::channel(false);
+    let gate = all_listed(vec![
+        ("tasks", listed(&tasks)),
+        ("pods", listed(&pods)),
+        ("services", listed(&services)),
+        ("tasksets", listed(&task_sets)),
+        ("nodes", listed(&nodes)),
+        ("tasktemplates", listed(&templates)),
+    ]);
+    let gate = tokio::spawn(async move {
+        gate.await;
+        let _ = listed_tx.send(true);
+    });
+    let ctx = Arc::new(Ctx {
+        listed: listed_rx,
+        recorder: Recorder::new(client.clone(), reporter),
+        pod_settings: args.pod_settings(),
+        client: client.clone(),
+        args: args.clone(),
+        tasks: tasks.clone(),
+        pods,
+        services,
+        nodes,
+        templates,
+        task_sets,
+        verified: DashSet::new(),
+        set_hashes: DashMap::new(),
+    });
+
+    let task_cfg = controller::Config::default().concurrency(args.task_concurrency);
+    let env_cfg = controller::Config::default()
+        .concurrency(args.env_concurrency)
+        .debounce(Duration::from_millis(args.status_debounce_ms));
+
+    // One Task watch serves both controllers: each Task event also asks for a reconcile of
+    // its Environment (instead of a second watch of every Task).
+    let (env_tx, env_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<Environment>>();
+    let task_stream = log_errors(task_stream, "tasks").inspect(move |ev| {
+        let one = |t: &Task| {
+            if let Some(ns) = t.namespace() {
+                let _ = env_tx.send(ObjectRef::new(&t.spec.environment).within(&ns));
+            }
+        };
+        if let Ok(
+            watcher::Event::Apply(t) | watcher::Event::Delete(t) | watcher::Event::InitApply(t),
+        ) = ev
+        {
+            one(t);
+        }
+    });
+    let env_triggers = tokio_stream::wrappers::UnboundedReceiverStream::new(env_rx);
+
+    let stop = shutdown.clone();
+    let task_ctl = controller::Controller::for_stream(task_stream.applied_objects(), tasks)
+        .owns_stream(log_errors(pod_stream, "pods").touched_objects())
+        .owns_stream(log_errors(svc_stream, "services").touched_objects())
+        .with_config(task_cfg)
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(
+            task_controller::reconcile,
+            task_controller::error_policy,
+            ctx.clone(),
+        )
+        .for_each(|r| {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "task reconcile");
+            }
+            std::future::ready(())
+        });
+
+    let stop = shutdown.clone();
+    let env_ctl = controller::Controller::new(scoped::<Environment>(&client, ns), plain)
+        .reconcile_on(env_triggers)
+        .watches_stream(
+            log_errors(set_stream, "tasksets").applied_objects(),
+            |set: TaskSet| {
+                let ns = set.namespace()?;
+                Some(ObjectRef::<Environment>::new(&set.spec.environment).within(&ns))
+            },
+        )
+        .with_config(env_cfg)
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(
+            env_controller::reconcile,
+            env_controller::error_policy,
+            ctx.clone(),
+        )
+        .for_each(|r| {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "environment reconcile");
+            }
+            std::future::ready(())
+        });
+
+    info!(
+        namespace = ns.unwrap_or("<all>"),
+        "operator controllers running"
+    );
+    futures::join!(task_ctl, env_ctl);
+    gate.abort();
+    for h in background {
+        h.abort();
+    }
+    info!("operator controllers stopped");
+    Ok(())
+}
+
+/// Runs the operator: with leader election (a Lease) unless disabled; returns when `shutdown`
+/// fires, or with an error when leadership is lost (the process should exit and restart).
+pub async fn run(client: Client, args: OperatorArgs, shutdown: CancellationToken) -> Result<()> {
+    if args.no_leader_election {
+        return run_controllers(client, args, shutdown).await;
+    }
+    let lease_ns = args
+        .lease_namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .unwrap_or_else(|| "default".into());
+    let identity = args
+        .identity
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            format!("{}-{}", host.trim(), std::process::id())
+        });
+    let manager = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+        .with_namespace(&lease_ns)
+        .with_identity(&identity)
+        .with_duration(15)
+        .with_grace(5)
+        .with_field_manager(super::FIELD_MANAGER)
+        .build()
+        .await?;
+    let (mut leader, handle) = manager.watch().await;
+    info!(lease = %args.lease_name, namespace = %lease_ns, %identity, "waiting for leadership");
+    while !*leader.borrow_and_update() {
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                drop(leader);
+                let _ = handle.await;
+                return Ok(());
+            }
+            changed = leader.changed() => if changed.is_err() {
+                return Err(Error::LeaseLost);
+            }
+        }
+    }
+    info!(%identity, "leader: starting controllers");
+    let child = shutdown.child_token();
+    let mut ctl = tokio::spawn(run_controllers(client, args, child.clone()));
+    let lost = loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break false,
+            r = &mut ctl => {
+                drop(leader);
+                let _ = handle.await;
+                return r.unwrap_or(Ok(()));
+            }
+            changed = leader.changed() => {
+                if changed.is_err() || !*leader.borrow_and_update() {
+                    break true;
+                }
+            }
+        }
+    };
+    child.cancel();
+    let _ = ctl.await;
+    drop(leader);
+    let _ = handle.await;
+    if lost {
+        warn!("leadership lost: controllers stopped");
+        return Err(Error::LeaseLost);
+    }
+    Ok(())
+}
+
+/// `envbridge operator`: client from the environment (KUBECONFIG or in-cluster), Ctrl-C stops.
+pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if args.log_json {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: tokio runtime: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let result = rt.block_on(async move {
+        let config = kube::Config::infer()
+            .await
+            .map_err(|e| Error::Config(e.to_string()))?;
+        let count = Arc::new(super::requests::RequestCount::default());
+        let client =
+            super::requests::counting_client(config, count.clone()).map_err(Error::Client)?;
+        let shutdown = CancellationToken::new();
+        let s = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            s.cancel();
+        });
+        #[cfg(unix)]
+        {
+            let s = shutdown.clone();
+            if let Ok(mut term) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            {
+                tokio::spawn(async move {
+                    term.recv().await;
+                    s.cancel();
+                });
+            }
+        }
+        let result = run(client, args, shutdown).await;
+        // One fixed-format line (the benchmark reads it).
+        info!(
+            apiserver_requests = count.total(),
+            reads = count.get.load(std::sync::atomic::Ordering::Relaxed),
+            writes = count.write.load(std::sync::atomic::Ordering::Relaxed),
+            "operator stopped"
+        );
+        result
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,596 @@
+//! Task controller: Task -> Pod (+ headless Service) on the resolved node; pod phase and early
+//! failures -> Task status; task control (dial the process, drive transitions); cleanup.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use super::control_api::{self, TaskEndpoint};
+use super::env_controller::set_condition;
+use super::names::{service_name, task_annotations, task_labels};
+use super::nodes::resolve;
+use super::pod::build_pod;
+use super::pod_status::observe;
+use super::runtime::Ctx;
+use super::service::{build_service, service_matches};
+use super::task_sets::TASK_FINALIZER;
+use super::{Error, FIELD_MANAGER, Result};
+use crate::crd::{Task, TaskStatus, TransitionPhase, TransitionStatus};
+use crate::plan::ControlMode;
+use crate::state::{Event, State, next};
+
+/// Task condition: the task's process ended (its pod failed or completed); the pod is not
+/// re-created for it.
+pub const COND_ENDED: &str = "ProcessEnded";
+
+pub async fn reconcile(task: Arc<Task>, ctx: Arc<Ctx>) -> Result<Action> {
+    ctx.listed().await;
+    if task.metadata.deletion_timestamp.is_some() {
+        return cleanup(&task, &ctx).await;
+    }
+    let old = task.status.clone().unwrap_or_default();
+    let mut st = old.clone();
+    let mut step = Step::default();
+    drive(&task, &ctx, &mut st, &mut step).await?;
+    if step.write_status && st != old {
+        write_status(&ctx, &task, &st).await?;
+    }
+    if step.delete_pod && !ctx.args.keep_pods {
+        let ns = task.namespace().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        delete_ignore_missing(&api, &task.name_any(), "Pod", &ns).await?;
+    }
+    Ok(step
+        .action
+        .unwrap_or_else(|| Action::requeue(Duration::from_secs(600))))
+}
+
+pub fn error_policy(task: Arc<Task>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+    warn!(task = %task.name_any(), error = %err, "task reconcile failed, retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// What one reconcile decided besides the new status.
+#[derive(Default)]
+struct Step {
+    write_status: bool,
+    delete_pod: bool,
+    action: Option<Action>,
+}
+
+fn fail(st: &mut TaskStatus, task: &Task, message: String) {
+    if st.state != Some(State::Error) || st.message.as_deref() != Some(message.as_str()) {
+        info!(task = %task.name_any(), %message, "task ERROR");
+    }
+    st.state = Some(State::Error);
+    st.message = Some(message.clone());
+    // A pending transition fails with the task.
+    if let Some(req) = &task.spec.transition
+        && st.transition.as_ref().map(|t| &t.id) != Some(&req.id)
+    {
+        st.transition = Some(TransitionStatus {
+            id: req.id.clone(),
+            event: req.event,
+            phase: TransitionPhase::Failed,
+            message,
+        });
+    }
+}
+
+async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> Result<()> {
+    let ns = task.namespace().unwrap_or_default();
+    let name = task.name_any();
+    let tref = &task.spec.task;
+    step.write_status = true;
+    let pod = ctx.pods.get(&ObjectRef::new(&name).within(&ns));
+    let task_uid = task.uid().unwrap_or_default();
+    let pod = match pod {
+        // A pod of an earlier Task of the same name: wait until it is gone.
+        Some(p) if !p.owner_references().iter().any(|o| o.uid == task_uid) => {
+            if p.metadata.deletion_timestamp.is_none() {
+                let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+                delete_ignore_missing(&api, &name, "Pod", &ns).await?;
+            }
+            step.action = Some(Action::requeue(Duration::from_secs(1)));
+            return Ok(());
+        }
+        Some(p) if p.metadata.deletion_timestamp.is_some() => {
+            step.action = Some(Action::requeue(Duration::from_secs(1)));
+            return Ok(());
+        }
+        other => other,
+    };
+    let labels = task_labels(&task.spec.environment, tref);
+    let Some(pod) = pod else {
+        if st
+            .conditions
+            .iter()
+            .any(|c| c.type_ == COND_ENDED && c.status == "True")
+        {
+            step.action = Some(Action::await_change());
+            return Ok(());
+        }
+        if matches!(
+            st.state,
+            Some(State::Standby | State::Configured | State::Running)
+        ) {
+            fail(
+                st,
+                task,
+                format!(
+                    "pod {name} disappeared while the task was {}",
+                    st.state.unwrap_or_default()
+                ),
+            );
+            set_condition(
+                &mut st.conditions,
+                COND_ENDED,
+                true,
+                "PodGone",
+                "pod deleted",
+                task.metadata.generation,
+            );
+            return Ok(());
+        }
+        create_pod(task, ctx, st, step, &labels).await?;
+        // The pod first (it has to start), then its Service.
+        if st.state != Some(State::Error) {
+            ensure_service(task, ctx, &labels).await?;
+        }
+        return Ok(());
+    };
+    ensure_service(task, ctx, &labels).await?;
+
+    let view = observe(&pod);
+    st.pod_phase = Some(view.phase.clone());
+    st.pod_ip = view.ip.clone();
+    st.node_name = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .or(st.node_name.take());
+    if let Some(failure) = view.failure {
+        forget_endpoint(task);
+        fail(st, task, failure);
+        set_condition(
+            &mut st.conditions,
+            COND_ENDED,
+            true,
+            "Failed",
+            &view.phase,
+            task.metadata.generation,
+        );
+        step.delete_pod = true;
+        step.action = Some(Action::await_change());
+        return Ok(());
+    }
+    if view.succeeded {
+        st.state = Some(State::Done);
+        set_condition(
+            &mut st.conditions,
+            COND_ENDED,
+            true,
+            "Succeeded",
+            "process exited with code 0",
+            task.metadata.generation,
+        );
+        step.delete_pod = true;
+        step.action = Some(Action::await_change());
+        return Ok(());
+    }
+    let (Some(ip), true) = (view.ip.as_deref(), view.phase == "Running") else {
+        if st.state.is_none() {
+            st.state = Some(State::Deploying);
+        }
+        // A pod that starts at once gets one status write (when running); one still
+        // pending after a moment is reported as such.
+        let age = pod_age(&pod);
+        if age < PENDING_QUIET && task.status.is_none() {
+            step.write_status = false;
+            step.action = Some(Action::requeue(PENDING_QUIET - age));
+        }
+        return Ok(());
+    };
+    let Ok(ip) = ip.parse::<IpAddr>() else {
+        fail(st, task, format!("pod IP {ip:?} does not parse"));
+        return Ok(());
+    };
+    let ep = TaskEndpoint {
+        addr: SocketAddr::new(ip, tref.control_port),
+        mode: tref.control_mode,
+    };
+    let deadline = ctx.args.control_deadline(tref.timeout_seconds);
+    let protocol = matches!(tref.control_mode, ControlMode::Direct | ControlMode::Fairmq);
+
+    if matches!(st.state, None | Some(State::Deploying))
+        || (protocol && !ctx.verified.contains(&task_uid))
+    {
+        if !protocol {
+            st.state = Some(State::Standby);
+            st.message = None;
+        } else {
+            match control_api::get_state(&ep, deadline).await {
+                Ok((state, _pid)) => {
+                    ctx.verified.insert(task_uid.clone());
+                    st.state = Some(state);
+                    if state != State::Error {
+                        st.message = None;
+                    }
+                }
+                Err(e) => {
+                    let since = running_for(&pod);
+                    let limit = Duration::from_secs(u64::from(ctx.args.connect_timeout_seconds));
+                    if since < limit {
+                        debug!(task = %name, error = %e, "control port not reachable yet");
+                        st.state.get_or_insert(State::Deploying);
+                        step.action = Some(Action::requeue(Duration::from_millis(500)));
+                        return Ok(());
+                    }
+                    fail(
+                        st,
+                        task,
+                        format!(
+                            "control port {} unreachable for {}s: {e}",
+                            ep.addr,
+                            limit.as_secs()
+                        ),
+                    );
+                    return Ok(());
+                }
+            }
+        }
+    }
+    transition(task, st, &ep, deadline, protocol).await;
+    Ok(())
+}
+
+/// Performs the task's pending transition (the one whose id its status has not recorded).
+async fn transition(
+    task: &Task,
+    st: &mut TaskStatus,
+    ep: &TaskEndpoint,
+    deadline: Duration,
+    protocol: bool,
+) {
+    let Some(req) = &task.spec.transition else {
+        return;
+    };
+    if st.transition.as_ref().is_some_and(|t| t.id == req.id) {
+        return;
+    }
+    let Some(from) = st.state.filter(|s| *s != State::Deploying) else {
+        return;
+    };
+    let target = req.target();
+    let done = |phase, message: String| TransitionStatus {
+        id: req.id.clone(),
+        event: req.event,
+        phase,
+        message,
+    };
+    if from == target && req.event != Event::GoError {
+        st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
+        return;
+    }
+    if next(from, req.event).is_none() {
+        let msg = format!("{} does not apply in state {from}", req.event);
+        st.transition = Some(done(TransitionPhase::Failed, msg));
+        return;
+    }
+    if !protocol {
+        st.state = Some(target);
+        st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
+        return;
+    }
+    let mut args: Vec<(String, String)> = Vec::new();
+    if req.event == Event::Configure {
+        args.extend(
+            task.spec
+                .task
+                .channels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+    }
+    for (k, v) in &req.arguments {
+        match args.iter_mut().find(|(ak, _)| ak == k) {
+            Some(slot) => slot.1 = v.clone(),
+            None => args.push((k.clone(), v.clone())),
+        }
+    }
+    match control_api::transition(ep, from, req.event, &args, deadline).await {
+        Ok(reached) if reached == target => {
+            st.state = Some(reached);
+            st.message = None;
+            st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
+        }
+        Ok(reached) => {
+            let msg = format!("{} ended in {reached}, expected {target}", req.event);
+            st.state = Some(reached);
+            if reached == State::Error {
+                st.message = Some(msg.clone());
+            }
+            st.transition = Some(done(TransitionPhase::Failed, msg));
+        }
+        Err(e) => {
+            let msg = format!("{} failed: {e}", req.event);
+            fail(st, task, msg.clone());
+            st.transition = Some(done(TransitionPhase::Failed, msg));
+        }
+    }
+}
+
+/// Drops the control client's cached channel to a task whose process is gone.
+fn forget_endpoint(task: &Task) {
+    let ip = task
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .and_then(|ip| ip.parse::<IpAddr>().ok());
+    if let Some(ip) = ip {
+        control_api::forget(&SocketAddr::new(ip, task.spec.task.control_port));
+    }
+}
+
+/// How long a fresh pod may stay Pending before its Task reports it.
+const PENDING_QUIET: Duration = Duration::from_secs(2);
+
+fn pod_age(pod: &Pod) -> Duration {
+    match pod.metadata.creation_timestamp.as_ref() {
+        Some(t) => {
+            Duration::try_from(jiff::Timestamp::now().duration_since(t.0)).unwrap_or_default()
+        }
+        None => Duration::ZERO,
+    }
+}
+
+fn running_for(pod: &Pod) -> Duration {
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .or(pod.metadata.creation_timestamp.as_ref())
+        .map(|t| t.0);
+    match started {
+        Some(t) => Duration::try_from(jiff::Timestamp::now().duration_since(t)).unwrap_or_default(),
+        None => Duration::ZERO,
+    }
+}
+
+async fn create_pod(
+    task: &Task,
+    ctx: &Ctx,
+    st: &mut TaskStatus,
+    step: &mut Step,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<()> {
+    let ns = task.namespace().unwrap_or_default();
+    let name = task.name_any();
+    let tref = &task.spec.task;
+    let node = match resolve(
+        &tref.node,
+        ctx.nodes
+            .state()
+            .iter()
+            .map(|n| {
+                (
+                    n.metadata.name.as_deref().unwrap_or(""),
+                    n.metadata.labels.as_ref(),
+                )
+            })
+            .collect::<Vec<_>>(),
+    ) {
+        Ok(n) => n,
+        Err(e) => {
+            fail(st, task, e.to_string());
+            // Nodes may appear later: look again from time to time.
+            step.action = Some(Action::requeue(Duration::from_secs(15)));
+            return Ok(());
+        }
+    };
+    let Some(template) = ctx.templates.get(&ObjectRef::new(&tref.template)) else {
+        fail(
+            st,
+            task,
+            format!("TaskTemplate {:?} not found", tref.template),
+        );
+        step.action = Some(Action::requeue(Duration::from_secs(15)));
+        return Ok(());
+    };
+    let pod = match build_pod(
+        task,
+        &tref.template,
+        &template.spec,
+        &node,
+        labels,
+        &task_annotations(tref),
+        &ctx.pod_settings,
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            fail(st, task, e.to_string());
+            step.action = Some(Action::requeue(Duration::from_secs(30)));
+            return Ok(());
+        }
+    };
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    match api
+        .create(
+            &PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &pod,
+        )
+        .await
+    {
+        Ok(_) => debug!(task = %name, %node, "pod created"),
+        // Created before (store lag, or by an earlier operator run): re-attached, never duplicated.
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(Error::kube("create", "Pod", &ns, &name, e)),
+    }
+    if st.state == Some(State::Error) && st.message.is_some() {
+        // An earlier node or template problem is solved now.
+        st.state = None;
+        st.message = None;
+    }
+    // The pod's own events bring the next reconcile, which writes the status (one write
+    // per task instead of two while pods start).
+    step.write_status = st.state.is_none() && task.status.is_some();
+    if step.write_status {
+        st.state = Some(State::Deploying);
+        st.node_name = Some(node);
+    }
+    step.action = Some(Action::requeue(Duration::from_secs(60)));
+    Ok(())
+}
+
+async fn ensure_service(
+    task: &Task,
+    ctx: &Ctx,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<()> {
+    let ns = task.namespace().unwrap_or_default();
+    let port = ctx.args.headless_discovery_port;
+    let sname = service_name(&task.name_any());
+    if let Some(svc) = ctx.services.get(&ObjectRef::new(&sname).within(&ns))
+        && service_matches(&svc, port)
+    {
+        return Ok(());
+    }
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+    let svc = build_service(task, labels, port);
+    let exists = ctx
+        .services
+        .get(&ObjectRef::new(&sname).within(&ns))
+        .is_some();
+    let res = if exists {
+        let mut body = serde_json::to_value(&svc).unwrap_or_default();
+        body["apiVersion"] = json!("v1");
+        body["kind"] = json!("Service");
+        api.patch(
+            &sname,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map(|_| ())
+    } else {
+        api.create(
+            &PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &svc,
+        )
+        .await
+        .map(|_| ())
+    };
+    match res {
+        Ok(()) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(Error::kube("write", "Service", &ns, &sname, e)),
+    }
+}
+
+async fn write_status(ctx: &Ctx, task: &Task, st: &TaskStatus) -> Result<()> {
+    let ns = task.namespace().unwrap_or_default();
+    let name = task.name_any();
+    let api: Api<Task> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut st = st.clone();
+    st.observed_generation = task.metadata.generation;
+    let patch = json!({"apiVersion": crate::crd::API_VERSION, "kind": "Task", "status": st});
+    match api
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(e) => Err(Error::kube("patch status of", "Task", &ns, &name, e)),
+    }
+}
+
+async fn delete_ignore_missing<K>(
+    api: &Api<K>,
+    name: &str,
+    kind: &'static str,
+    ns: &str,
+) -> Result<()>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(e) => Err(Error::kube("delete", kind, ns, name, e)),
+    }
+}
+
+/// Deletes the task's Pod and Service, waits until both are gone, then lets the Task go.
+async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
+    if !task.finalizers().iter().any(|f| f == TASK_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let ns = task.namespace().unwrap_or_default();
+    let name = task.name_any();
+    let sname = service_name(&name);
+    let pod = ctx.pods.get(&ObjectRef::new(&name).within(&ns));
+    let svc = ctx.services.get(&ObjectRef::new(&sname).within(&ns));
+    if let Some(p) = &pod
+        && p.metadata.deletion_timestamp.is_none()
+    {
+        delete_ignore_missing(
+            &Api::<Pod>::namespaced(ctx.client.clone(), &ns),
+            &name,
+            "Pod",
+            &ns,
+        )
+        .await?;
+    }
+    if let Some(s) = &svc
+        && s.metadata.deletion_timestamp.is_none()
+    {
+        delete_ignore_missing(
+            &Api::<Service>::namespaced(ctx.client.clone(), &ns),
+            &sname,
+            "Service",
+            &ns,
+        )
+        .await?;
+    }
+    if pod.is_some() || svc.is_some() {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    let rest: Vec<String> = task
+        .finalizers()
+        .iter()
+        .filter(|f| *f != TASK_FINALIZER)
+        .cloned()
+        .collect();
+    let patch =
+        json!({"metadata": {"finalizers": rest, "resourceVersion": task.resource_version()}});
+    let api: Api<Task> = Api::namespaced(ctx.client.clone(), &ns);
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.is_not_found() => {}
+        Err(e) => return Err(Error::kube("remove finalizer from", "Task", &ns, &name, e)),
+    }
+    ctx.verified.remove(&task.uid().unwrap_or_default());
+    forget_endpoint(task);
+    Ok(Action::await_change())
+}

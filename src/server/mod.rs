@@ -1,0 +1,186 @@
+//! The daemon's network surface: the EnvBridge gRPC API (with health and reflection) and an
+//! HTTP listener for /metrics and /healthz.
+//!
+//! Binds 127.0.0.1 by default. Listening beyond loopback requires both a bearer token and
+//! TLS; the daemon refuses to start otherwise.
+
+mod api;
+mod auth;
+pub mod convert;
+mod http;
+pub mod pb;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
+
+use crate::bridge::Bridge;
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub token: Option<String>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 50061)),
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            token: None,
+            tls_cert: None,
+            tls_key: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(
+        "refusing to listen on {0} (beyond loopback) without both a bearer token and TLS (--token, --tls-cert, --tls-key)"
+    )]
+    Insecure(SocketAddr),
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("reflection: {0}")]
+    Reflection(String),
+}
+
+impl ServerConfig {
+    /// The security rule: beyond loopback, a token and TLS are both mandatory.
+    pub fn check(&self) -> Result<(), ServerError> {
+        let secured = self.token.as_deref().is_some_and(|t| !t.is_empty())
+            && self.tls_cert.is_some()
+            && self.tls_key.is_some();
+        if !self.grpc_addr.ip().is_loopback() && !secured {
+            return Err(ServerError::Insecure(self.grpc_addr));
+        }
+        if (self.tls_cert.is_some()) != (self.tls_key.is_some()) {
+            return Err(ServerError::Tls(
+                "--tls-cert and --tls-key go together".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where the listeners ended up (port 0 picks a free one).
+#[derive(Clone, Copy, Debug)]
+pub struct Bound {
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+}
+
+/// Binds both listeners and serves until `stop` is cancelled.
+pub async fn serve(
+    bridge: Arc<Bridge>,
+    cfg: ServerConfig,
+    stop: CancellationToken,
+) -> Result<(Bound, tokio::task::JoinHandle<()>), ServerError> {
+    cfg.check()?;
+    let grpc = TcpListener::bind(cfg.grpc_addr)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: cfg.grpc_addr,
+            source,
+        })?;
+    let http = TcpListener::bind(cfg.http_addr)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: cfg.http_addr,
+            source,
+        })?;
+    let bound = Bound {
+        grpc: grpc.local_addr().map_err(|source| ServerError::Bind {
+            addr: cfg.grpc_addr,
+            source,
+        })?,
+        http: http.local_addr().map_err(|source| ServerError::Bind {
+            addr: cfg.http_addr,
+            source,
+        })?,
+    };
+    if !bound.http.ip().is_loopback() {
+        tracing::warn!(addr = %bound.http, "/metrics and /healthz are served without authentication beyond loopback");
+    }
+
+    let mut builder = Server::builder();
+    if let (Some(cert), Some(key)) = (&cfg.tls_cert, &cfg.tls_key) {
+        let cert = std::fs::read(cert)
+            .map_err(|e| ServerError::Tls(format!("{}: {e}", cert.display())))?;
+        let key =
+            std::fs::read(key).map_err(|e| ServerError::Tls(format!("{}: {e}", key.display())))?;
+        builder = builder
+            .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))
+            .map_err(|e| ServerError::Tls(e.to_string()))?;
+    }
+    let (health, health_svc) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<pb::env_bridge_server::EnvBridgeServer<api::Api>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| ServerError::Reflection(e.to_string()))?;
+    let svc = pb::env_bridge_server::EnvBridgeServer::with_interceptor(
+        api::Api {
+            bridge: bridge.clone(),
+        },
+        auth::BearerAuth::new(cfg.token.clone().filter(|t| !t.is_empty())),
+    );
+    let router = builder
+        .add_service(health_svc)
+        .add_service(reflection)
+        .add_service(svc);
+    let http_app = http::router(bridge);
+
+    let grpc_stop = stop.clone();
+    let handle = tokio::spawn(async move {
+        let grpc = router.serve_with_incoming_shutdown(
+            TcpListenerStream::new(grpc),
+            grpc_stop.cancelled_owned(),
+        );
+        let http = axum::serve(http, http_app).with_graceful_shutdown(stop.cancelled_owned());
+        let (g, h) = tokio::join!(grpc, http);
+        if let Err(e) = g {
+            tracing::error!(error = %e, "gRPC server failed");
+        }
+        if let Err(e) = h {
+            tracing::error!(error = %e, "HTTP server failed");
+        }
+    });
+    tracing::info!(grpc = %bound.grpc, http = %bound.http, "serving");
+    Ok((bound, handle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beyond_loopback_needs_token_and_tls() {
+        let mut c = ServerConfig::default();
+        assert!(c.check().is_ok());
+        c.grpc_addr = "0.0.0.0:50061".parse().unwrap();
+        assert!(matches!(c.check(), Err(ServerError::Insecure(_))));
+        c.token = Some("t".into());
+        assert!(matches!(c.check(), Err(ServerError::Insecure(_))));
+        c.tls_cert = Some("c.pem".into());
+        c.tls_key = Some("k.pem".into());
+        assert!(c.check().is_ok());
+    }
+}

@@ -1,0 +1,1199 @@
+//! The bridge daemon against the real local control plane: create through the API, the
+//! roster, transitions (fail fast), kill, destroy, namespaces, apiserver outage, daemon
+//! restart, leader election. The cluster side is played by `sim` (see its doc) so that
+//! delays and failures are exact.
+
+#[path = "daemon/fixture.rs"]
+mod fixture;
+#[path = "daemon/proxy.rs"]
+mod proxy;
+#[path = "daemon/sim.rs"]
+mod sim;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use envbridge::bridge::{BridgeConfig, NamespaceMode};
+use envbridge::crd::{Environment, Task, TaskSet};
+use envbridge::roster::EnvKey;
+use envbridge::server::pb;
+use envbridge::state::{Event, State};
+use fixture::{Daemon, Templates, fixed_ns, install_crds, names, test_renderer};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use sim::{Sim, SimConfig};
+
+use crate::support::{self, TestNamespace};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn vars(hosts: &str, port_base: u16) -> HashMap<String, String> {
+    HashMap::from([
+        ("hosts".to_string(), hosts.to_string()),
+        ("port_base".to_string(), port_base.to_string()),
+    ])
+}
+
+fn create_req(key: &str, hosts: &str, port_base: u16) -> pb::CreateEnvironmentRequest {
+    pb::CreateEnvironmentRequest {
+        workflow: "readout-dataflow".into(),
+        variables: vars(hosts, port_base),
+        idempotency_key: key.into(),
+        wait: true,
+        timeout_seconds: 60,
+        ..Default::default()
+    }
+}
+
+fn transition(id: &str, event: &str, args: &[(&str, &str)]) -> pb::TransitionRequest {
+    pb::TransitionRequest {
+        id: id.into(),
+        event: event.into(),
+        arguments: args
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        wait: true,
+        timeout_seconds: 60,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn readout_dataflow_lifecycle_through_the_api() {
+    let ns = TestNamespace::new("daemon-life").await;
+    install_crds(&ns.client).await;
+    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let _sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
+    let d = Daemon::start(
+        ns.client.clone(),
+        fixed_ns(&ns.name),
+        test_renderer(&tpl.prefix),
+    )
+    .await;
+    let mut api = d.client().await;
+
+    let key = format!("{}-run", ns.name);
+    let created = api
+        .create_environment(create_req(&key, "flp001,flp002,flp003", 47100))
+        .await
+        .expect("create")
+        .into_inner();
+    assert!(created.created);
+    assert_eq!((created.tasks, created.nodes), (9, 3));
+    assert_eq!(created.outcome, "reached", "{}", created.message);
+
+    // Its tasks are in the roster, with node, state and pod data.
+    let env = api
+        .get_environment(pb::GetEnvironmentRequest {
+            id: created.id.clone(),
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(env.tasks.len(), 9);
+    assert!(
+        env.tasks
+            .iter()
+            .all(|t| t.state == "STANDBY" && t.pod_phase == "Running" && !t.pod_ip.is_empty())
+    );
+    let nodes: std::collections::BTreeSet<_> = env.tasks.iter().map(|t| t.node.as_str()).collect();
+    assert_eq!(
+        nodes.into_iter().collect::<Vec<_>>(),
+        ["flp001", "flp002", "flp003"]
+    );
+
+    // A retried create (same idempotency key) returns the same environment, makes no second one.
+    let again = api
+        .create_environment(create_req(&key, "flp001,flp002,flp003", 47100))
+        .await
+        .expect("retry")
+        .into_inner();
+    assert!(!again.created);
+    assert_eq!(again.id, created.id);
+    assert_eq!(names::<Environment>(&ns.client, &ns.name).await.len(), 1);
+
+    let run = [
+        ("run_number", "4242"),
+        ("run_type", "PHYSICS"),
+        ("detector", "TPC"),
+    ];
+    for (event, args, target) in [
+        ("CONFIGURE", &[][..], "CONFIGURED"),
+        ("START", &run[..], "RUNNING"),
+        ("STOP", &[][..], "CONFIGURED"),
+        ("RESET", &[][..], "STANDBY"),
+    ] {
+        let r = api
+            .transition(transition(&created.id, event, args))
+            .await
+            .expect(event)
+            .into_inner();
+        assert!(r.ok, "{event}: {} {:?}", r.message, r.failures);
+        assert_eq!(
+            (r.outcome.as_str(), r.tasks, r.target_state.as_str()),
+            ("reached", 9, target)
+        );
+        let env = api
+            .get_environment(pb::GetEnvironmentRequest {
+                id: created.id.clone(),
+            })
+            .await
+            .expect("get")
+            .into_inner();
+        assert!(
+            env.tasks
+                .iter()
+                .all(|t| t.state == target && t.transition_id == r.transition_id),
+            "{event}"
+        );
+        if event == "START" {
+            // The run arguments reached every task.
+            let tasks: Api<Task> = ns.api();
+            for t in tasks.list(&Default::default()).await.expect("tasks").items {
+                let args = t.spec.transition.expect("transition on the task").arguments;
+                assert_eq!(args.get("run_number").map(String::as_str), Some("4242"));
+                assert_eq!(args.get("run_type").map(String::as_str), Some("PHYSICS"));
+            }
+        }
+    }
+
+    // An event that no task can take is refused before anything is written.
+    let refused = api
+        .transition(transition(&created.id, "STOP", &[]))
+        .await
+        .expect_err("STOP from STANDBY");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+
+    // Kill one task: it is deleted, leaves the roster, and is not brought back.
+    let victim = format!("{}-flp002-stfsender", created.id);
+    let killed = api
+        .kill_task(pb::KillTaskRequest {
+            id: created.id.clone(),
+            task: victim.clone(),
+            timeout_seconds: 30,
+        })
+        .await
+        .expect("kill");
+    assert!(killed.into_inner().gone);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!names::<Task>(&ns.client, &ns.name).await.contains(&victim));
+    let env = api
+        .get_environment(pb::GetEnvironmentRequest {
+            id: created.id.clone(),
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!((env.tasks.len(), env.tasks_expected), (8, 8));
+    // ... and the environment still transitions without it.
+    let r = api
+        .transition(transition(&created.id, "CONFIGURE", &[]))
+        .await
+        .expect("configure")
+        .into_inner();
+    assert!(r.ok && r.tasks == 8, "{}", r.message);
+
+    // Destroy: Environment, Tasks and TaskSets are gone.
+    let gone = api
+        .destroy_environment(pb::DestroyEnvironmentRequest {
+            id: created.id.clone(),
+            wait: true,
+            timeout_seconds: 60,
+        })
+        .await
+        .expect("destroy")
+        .into_inner();
+    assert!(gone.gone, "{}", gone.message);
+    assert!(names::<Environment>(&ns.client, &ns.name).await.is_empty());
+    assert!(names::<Task>(&ns.client, &ns.name).await.is_empty());
+    assert!(names::<TaskSet>(&ns.client, &ns.name).await.is_empty());
+    let listed = api
+        .list_environments(pb::ListEnvironmentsRequest {})
+        .await
+        .expect("list")
+        .into_inner();
+    assert!(listed.environments.is_empty(), "{:?}", listed.environments);
+
+    // /healthz and /metrics answer on the HTTP listener.
+    let http = |path: &'static str| {
+        let addr = d.http;
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(addr).await.expect("http");
+            s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+                .await
+                .expect("write");
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.expect("read");
+            out
+        }
+    };
+    let health = http("/healthz").await;
+    assert!(
+        health.starts_with("HTTP/1.0 200") && health.contains("\"synced\":true"),
+        "{health}"
+    );
+    let metrics = http("/metrics").await;
+    assert!(metrics.contains("envbridge_roster_tasks"), "{metrics}");
+    assert!(
+        metrics.contains("envbridge_transitions_total{event=\"START\",outcome=\"reached\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_configure_fails_the_call_at_once_naming_the_task() {
+    let ns = TestNamespace::new("daemon-fail").await;
+    install_crds(&ns.client).await;
+    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
+    let mut cfg = fixed_ns(&ns.name);
+    cfg.transition_timeouts
+        .insert(Event::Configure, Duration::from_secs(60));
+    let d = Daemon::start(ns.client.clone(), cfg, test_renderer(&tpl.prefix)).await;
+    let mut api = d.client().await;
+    let c = api
+        .create_environment(create_req("", "flp001,flp002,flp003", 47100))
+        .await
+        .expect("create")
+        .into_inner();
+    assert_eq!(c.outcome, "reached", "{}", c.message);
+
+    let bad = format!("{}-flp002-stfbuilder", c.id);
+    sim.fail(
+        &bad,
+        Event::Configure,
+        "INIT DEVICE: channel readout refused the socket",
+    );
+    let mut req = transition(&c.id, "CONFIGURE", &[]);
+    req.timeout_seconds = 0; // the configured 60 s: the answer must come long before
+    let started = Instant::now();
+    let r = api.transition(req).await.expect("transition").into_inner();
+    let took = started.elapsed();
+    assert!(!r.ok);
+    assert_eq!(r.outcome, "failed");
+    assert_eq!(r.failures.len(), 1, "{:?}", r.failures);
+    assert_eq!(r.failures[0].task, bad);
+    assert_eq!(
+        r.failures[0].message,
+        "INIT DEVICE: channel readout refused the socket"
+    );
+    assert!(r.message.contains(&bad));
+    assert!(
+        took < Duration::from_secs(2),
+        "failure reported after {took:?}"
+    );
+
+    // The CLI prints the failing task and exits non-zero.
+    let env_id = c.id.clone();
+    sim.fail(&bad, Event::Recover, "still broken");
+    let addr = format!("http://{}", d.grpc);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+            .args([
+                "env",
+                "transition",
+                &env_id,
+                "RECOVER",
+                "--addr",
+                &addr,
+                "--timeout",
+                "30",
+            ])
+            .output()
+            .expect("run the CLI")
+    })
+    .await
+    .expect("cli");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout: {stdout} stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&bad) && stdout.contains("still broken"),
+        "{stdout}"
+    );
+
+    // -o json from `env get` carries the tasks.
+    let (env_id, addr) = (c.id.clone(), format!("http://{}", d.grpc));
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+            .args(["env", "get", &env_id, "--addr", &addr, "-o", "json"])
+            .output()
+            .expect("run the CLI")
+    })
+    .await
+    .expect("cli");
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["tasks"].as_array().map(Vec::len), Some(9));
+    let bad_task = v["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["name"] == bad.as_str())
+        .expect("bad task");
+    assert_eq!(bad_task["state"], "ERROR");
+}
+
+#[tokio::test]
+async fn a_non_critical_failure_is_reported_but_does_not_fail() {
+    let ns = TestNamespace::new("daemon-soft").await;
+    install_crds(&ns.client).await;
+    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
+    let d = Daemon::start(
+        ns.client.clone(),
+        fixed_ns(&ns.name),
+        test_renderer(&tpl.prefix),
+    )
+    .await;
+    // Objects with one non-critical task, applied directly.
+    let mut objs = fixture::readout_dataflow(
+        "soft",
+        &tpl.prefix,
+        &fixture::hosts(1),
+        47300,
+        &Default::default(),
+    );
+    objs.task_sets[0].spec.tasks[2].critical = false;
+    let objs = envbridge::bridge::objects::pack(
+        "soft",
+        "soft",
+        "readout-dataflow",
+        objs.task_sets[0].spec.tasks.clone(),
+    );
+    d.bridge
+        .apply(objs, &ns.name, &Default::default())
+        .await
+        .expect("apply");
+    let mut api = d.client().await;
+    support::wait_for("3 STANDBY tasks", WAIT, || async {
+        let e = d.bridge.roster.env(&EnvKey::new(&ns.name, "soft"))?;
+        (d.bridge
+            .roster
+            .evaluate_state(&e.key, State::Standby)
+            .is_ok())
+        .then_some(())
+    })
+    .await;
+    sim.fail("soft-flp001-stfsender", Event::Configure, "qc unavailable");
+    let r = api
+        .transition(transition("soft", "CONFIGURE", &[]))
+        .await
+        .expect("configure")
+        .into_inner();
+    assert!(r.ok, "{}", r.message);
+    assert_eq!(r.warnings.len(), 1);
+    assert_eq!(r.warnings[0].task, "soft-flp001-stfsender");
+    assert!(!r.warnings[0].critical);
+}
+
+#[tokio::test]
+async fn invalid_requests_list_every_problem_and_write_nothing() {
+    let ns = TestNamespace::new("daemon-invalid").await;
+    install_crds(&ns.client).await;
+    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let d = Daemon::start(
+        ns.client.clone(),
+        fixed_ns(&ns.name),
+        test_renderer(&tpl.prefix),
+    )
+    .await;
+    let mut objs = fixture::readout_dataflow(
+        "bad",
+        &tpl.prefix,
+        &fixture::hosts(2),
+        47100,
+        &Default::default(),
+    );
+    let tasks = &mut objs.task_sets[0].spec.tasks;
+    tasks[0].template = "no-such-template".into();
+    tasks[1].env.retain(|e| e.name != "OCC_CONTROL_PORT");
+    tasks[4].name = "Bad_Name".into();
+    let err = d
+        .bridge
+        .apply(objs, &ns.name, &Default::default())
+        .await
+        .expect_err("invalid");
+    let msg = err.to_string();
+    assert!(msg.contains("\"no-such-template\" does not exist"), "{msg}");
+    assert!(
+        msg.contains("bad-flp001-stfbuilder") && msg.contains("OCC_CONTROL_PORT"),
+        "{msg}"
+    );
+    assert!(msg.contains("Bad_Name"), "{msg}");
+    assert!(names::<TaskSet>(&ns.client, &ns.name).await.is_empty());
+    assert!(names::<Environment>(&ns.client, &ns.name).await.is_empty());
+
+    // Through the API: an unknown workflow is InvalidArgument, nothing written either.
+    let mut api = d.client().await;
+    let mut req = create_req("", "flp001", 47100);
+    req.workflow = "nope".into();
+    let st = api
+        .create_environment(req)
+        .await
+        .expect_err("unknown workflow");
+    assert_eq!(st.code(), tonic::Code::InvalidArgument);
+    assert!(names::<Environment>(&ns.client, &ns.name).await.is_empty());
+}
+
+#[tokio::test]
+async fn ports_stay_disjoint_across_live_environments() {
+    let ns = TestNamespace::new("daemon-ports").await;
+    install_crds(&ns.client).await;
+    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let _sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
+    let d = Daemon::start(
+        ns.client.clone(),
+        fixed_ns(&ns.name),
+        test_renderer(&tpl.prefix),
+    )
+    .await;
+    let mut api = d.client().await;
+    let a = api
+        .create_environment(create_req("a", "flp001,flp002", 47100))
+        .await
+        .expect("a")
+        .into_inner();
+    // Same nodes, same preferred range: the second must get other ports.
+    let b = api
+        .create_environment(create_req("b", "flp002,flp003", 47100))
+        .await
+        .expect("b")
+        .into_inner();
+    let ports = |id: &str| {
+        let key = EnvKey::new(&ns.name, id);
+        let mut m: HashMap<String, Vec<u16>> = HashMap::new();
+        for t in d.bridge.roster.tasks_of(&key) {
+            m.entry(t.node.to_string())
+                .or_default()
+                .extend(t.ports.iter());
+        }
+        m
+    };
+    let (pa, pb) = (ports(&a.id), ports(&b.id));
+    let shared = &pa["flp002"];
+    assert!(!shared.is_empty());
+    assert!(
+        pb["flp002"].iter().all(|p| !shared.contains(p)),
+        "{pa:?} vs {pb:?}"
+    );
+    // Applying objects that reuse a live environment's ports is refused.
+    let clash = fixture::readout_dataflow(
+        "clash",
+        &tpl.prefix,
+        &fixture::hosts(1),
+        47100,
+        &Default::default(),
+    );
+    let taken = d.bridge.taken_ports(None);
+    let err = d
+        .bridge
+        .apply(clash, &ns.name, &taken)
+        .await
+        .expect_err("port clash");
+    assert!(
+        err.to_string()
+            .contains("already used by another live environment"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn destroy_and_recreate_at_once_while_the_old_namespace_terminates() {
+    let ns = TestNamespace::new("daemon-nsre").await;
+    install_crds(&ns.client).await;
+    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let prefix = format!("{}-", ns.name);
+    let cfg = BridgeConfig {
+        namespaces: NamespaceMode::PerEnvironment {
+            prefix: prefix.clone(),
+        },
+        field_manager: "envbridge-daemon-test".into(),
+        namespace_gone_timeout: Duration::from_secs(90),
+        ..BridgeConfig::default()
+    };
+    let d = Daemon::start(ns.client.clone(), cfg, test_renderer(&tpl.prefix)).await;
+    let mut api = d.client().await;
+    let id = "e1";
+    let env_ns = format!("{prefix}{id}");
+    let _sim = Sim::start(ns.client.clone(), &env_ns, SimConfig::default());
+    let mut req = create_req("", "flp001", 47500);
+    req.env_id = id.into();
+    let c = api
+        .create_environment(req.clone())
+        .await
+        .expect("create")
+        .into_inner();
+    assert_eq!(
+        (c.namespace.as_str(), c.outcome.as_str()),
+        (env_ns.as_str(), "reached")
+    );
+    let nss: Api<Namespace> = Api::all(ns.client.clone());
+    let old_uid = nss.get(&env_ns).await.expect("ns").metadata.uid;
+
+    // Something in the namespace holds its deletion for a few seconds (a finalizer), as pods
+    // with grace periods do.
+    let cms: Api<ConfigMap> = Api::namespaced(ns.client.clone(), &env_ns);
+    let held = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("held".into()),
+            finalizers: Some(vec!["envbridge.dev/test-hold".into()]),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    cms.create(&PostParams::default(), &held)
+        .await
+        .expect("configmap");
+    let release = {
+        let cms = cms.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            let _ = cms
+                .patch(
+                    "held",
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+                )
+                .await;
+        })
+    };
+
+    let gone = api
+        .destroy_environment(pb::DestroyEnvironmentRequest {
+            id: id.into(),
+            wait: true,
+            timeout_seconds: 60,
+        })
+        .await
+        .expect("destroy")
+        .into_inner();
+    assert!(gone.gone, "{}", gone.message);
+    let old = nss.get(&env_ns).await.expect("old namespace still there");
+    assert!(
+        old.metadata.deletion_timestamp.is_some(),
+        "the old namespace should be terminating"
+    );
+
+    // Re-create at once under the same name: waits for the old namespace, then succeeds.
+    let again = api
+        .create_environment(req)
+        .await
+        .expect("re-create")
+        .into_inner();
+    assert!(again.created);
+    assert_eq!(again.outcome, "reached", "{}", again.message);
+    let new = nss.get(&env_ns).await.expect("new namespace");
+    assert_ne!(new.metadata.uid, old_uid, "a new namespace");
+    assert_eq!(new.status.and_then(|s| s.phase).as_deref(), Some("Active"));
+    release.await.expect("release");
+
+    // A namespace that exists and is not ours is refused.
+    let foreign = format!("{prefix}e2");
+    nss.create(
+        &PostParams::default(),
+        &Namespace {
+            metadata: ObjectMeta {
+                name: Some(foreign.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("foreign ns");
+    let mut req2 = create_req("", "flp001", 47600);
+    req2.env_id = "e2".into();
+    let st = api
+        .create_environment(req2)
+        .await
+        .expect_err("foreign namespace");
+    assert_eq!(st.code(), tonic::Code::FailedPrecondition);
+    assert!(st.message().contains("does not belong"), "{}", st.message());
+
+    // Clean up the per-environment namespaces.
+    let _ = api
+        .destroy_environment(pb::DestroyEnvironmentRequest {
+            id: id.into(),
+            wait: true,
+            timeout_seconds: 60,
+        })
+        .await;
+    for n in [env_ns, foreign] {
+        let _ = nss.delete(&n, &DeleteParams::background()).await;
+    }
+}
+
+#[tokio::test]
+async fn the_roster_converges_after_the_apiserver_comes_back() {
+    let ns = TestNamespace::new("daemon-outage").await;
+    install_crds(&ns.client).await;
+    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let _sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
+    // The daemon reaches the apiserver through a proxy that the test can cut.
+    let server: std::net::SocketAddr = ns
+        .info
+        .server
+        .trim_start_matches("https://")
+        .parse()
+        .expect("server addr");
+    let proxy = proxy::Proxy::start(server).await;
+    let kc = kube::config::Kubeconfig::read_from(&ns.info.kubeconfig).expect("kubeconfig");
+    let mut kcfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    kcfg.cluster_url = format!("https://{}", proxy.addr).parse().expect("url");
+    kcfg.connect_timeout = Some(Duration::from_secs(2));
+    kcfg.read_timeout = Some(Duration::from_secs(10));
+    let daemon_client = kube::Client::try_from(kcfg).expect("client");
+    let d = Daemon::start(
+        daemon_client,
+        fixed_ns(&ns.name),
+        test_renderer(&tpl.prefix),
+    )
+    .await;
+    let mut api = d.client().await;
+    let c = api
+        .create_environment(create_req("", "flp001,flp002", 47700))
+        .await
+        .expect("create")
+        .into_inner();
+    assert_eq!(c.outcome, "reached");
+    let key = EnvKey::new(&ns.name, &c.id);
+
+    proxy.down();
+    // While the daemon is cut off, the cluster changes: a task errors, another is deleted
+    // (the sim recreates it, with a new object).
+    let tasks: Api<Task> = ns.api();
+    let t1 = format!("{}-flp001-readout", c.id);
+    tasks
+        .patch_status(
+            &t1,
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"status": {"state": "ERROR", "message": "changed while away"}}),
+            ),
+        )
+        .await
+        .expect("patch");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_ne!(
+        d.bridge.roster.task(&key, &t1).map(|t| t.state),
+        Some(State::Error),
+        "the daemon cannot have seen it"
+    );
+    proxy.up();
+
+    support::wait_for("roster to converge", WAIT, || async {
+        let t = d.bridge.roster.task(&key, &t1)?;
+        (t.state == State::Error && t.message.as_deref() == Some("changed while away"))
+            .then_some(())
+    })
+    .await;
+    let restarts: f64 = d
+        .bridge
+        .metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with("envbridge_watch_restarts_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(restarts >= 1.0, "watch restarts not counted");
+    // The roster matches the cluster exactly.
+    let in_cluster = names::<Task>(&ns.client, &ns.name).await;
+    let in_roster: std::collections::BTreeSet<String> = d
+        .bridge
+        .roster
+        .tasks_of(&key)
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(in_roster, in_cluster);
+}
+
+#[tokio::test]
+async fn a_daemon_killed_mid_transition_rebuilds_its_roster_and_duplicates_nothing() {
+    let ns = TestNamespace::new("daemon-kill").await;
+    install_crds(&ns.client).await;
+    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let _sim = Sim::start(
+        ns.client.clone(),
+        &ns.name,
+        SimConfig {
+            step_delay: Duration::from_millis(400),
+            ..Default::default()
+        },
+    );
+    // The environment exists first (written by an in-process bridge).
+    let writer = Daemon::start(
+        ns.client.clone(),
+        fixed_ns(&ns.name),
+        test_renderer(&tpl.prefix),
+    )
+    .await;
+    let objs = fixture::readout_dataflow(
+        "rk",
+        &tpl.prefix,
+        &fixture::hosts(3),
+        47900,
+        &Default::default(),
+    );
+    writer
+        .bridge
+        .apply(objs, &ns.name, &Default::default())
+        .await
+        .expect("apply");
+    support::wait_for("9 STANDBY tasks", WAIT, || async {
+        writer
+            .bridge
+            .roster
+            .evaluate_state(&EnvKey::new(&ns.name, "rk"), State::Standby)
+            .ok()
+    })
+    .await;
+    drop(writer);
+
+    // A real daemon process.
+    let spawn = |port: u16| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+            .args([
+                "daemon",
+                "--namespace",
+                &ns.name,
+                "--watch-namespace",
+                &ns.name,
+                "--no-leader-election",
+            ])
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ])
+            .env("KUBECONFIG", &ns.info.kubeconfig)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn the daemon")
+    };
+    let port = fixture::free_port();
+    let mut first = spawn(port);
+    let connect = |port: u16| async move {
+        support::wait_for("the daemon to listen", WAIT, || async move {
+            let mut c =
+                pb::env_bridge_client::EnvBridgeClient::connect(format!("http://127.0.0.1:{port}"))
+                    .await
+                    .ok()?;
+            let e = c
+                .get_environment(pb::GetEnvironmentRequest { id: "rk".into() })
+                .await
+                .ok()?
+                .into_inner();
+            (e.tasks.len() == 9).then_some(c)
+        })
+        .await
+    };
+    let mut api = connect(port).await;
+    let mut req = transition("rk", "CONFIGURE", &[]);
+    req.wait = false;
+    let requested = api.transition(req).await.expect("request").into_inner();
+    assert_eq!(requested.outcome, "requested");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    first.kill().expect("kill -9 the daemon");
+    let _ = first.wait();
+
+    let port2 = fixture::free_port();
+    let mut second = spawn(port2);
+    let mut api = connect(port2).await;
+    // The transition lives in the cluster: await it again by id.
+    let r = api
+        .transition(pb::TransitionRequest {
+            id: "rk".into(),
+            transition_id: requested.transition_id.clone(),
+            wait: true,
+            timeout_seconds: 60,
+            ..Default::default()
+        })
+        .await
+        .expect("re-await")
+        .into_inner();
+    assert!(r.ok, "{}", r.message);
+    assert_eq!((r.event.as_str(), r.tasks), ("CONFIGURE", 9));
+    let env = api
+        .get_environment(pb::GetEnvironmentRequest { id: "rk".into() })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(env.tasks.len(), 9);
+    assert!(env.tasks.iter().all(|t| t.state == "CONFIGURED"));
+    let listed = api
+        .list_environments(pb::ListEnvironmentsRequest {})
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(listed.environments.len(), 1, "{:?}", listed.environments);
+    assert_eq!(names::<Environment>(&ns.client, &ns.name).await.len(), 1);
+    assert_eq!(names::<Task>(&ns.client, &ns.name).await.len(), 9);
+    let _ = second.kill();
+    let _ = second.wait();
+}
+
+#[tokio::test]
+async fn two_replicas_never_both_write() {
+    let ns = TestNamespace::new("daemon-lease").await;
+    install_crds(&ns.client).await;
+    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let lease = |id: &str| envbridge::bridge::leader::LeaseConfig {
+        namespace: ns.name.clone(),
+        name: "envbridge-daemon".into(),
+        identity: id.into(),
+        duration: 10,
+        grace: 3,
+    };
+    let a = Daemon::start(
+        ns.client.clone(),
+        fixed_ns(&ns.name),
+        test_renderer(&tpl.prefix),
+    )
+    .await;
+    let b = Daemon::start(
+        ns.client.clone(),
+        fixed_ns(&ns.name),
+        test_renderer(&tpl.prefix),
+    )
+    .await;
+    let ta = tokio::spawn(envbridge::bridge::leader::run(
+        ns.client.clone(),
+        lease("a"),
+        a.bridge.leader_flag(),
+        a.bridge.metrics.clone(),
+        a.stop.clone(),
+    ));
+    support::wait_for("a to lead", WAIT, || async {
+        a.bridge.is_leader().then_some(())
+    })
+    .await;
+    let _tb = tokio::spawn(envbridge::bridge::leader::run(
+        ns.client.clone(),
+        lease("b"),
+        b.bridge.leader_flag(),
+        b.bridge.metrics.clone(),
+        b.stop.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        a.bridge.is_leader() && !b.bridge.is_leader(),
+        "a {} b {}",
+        a.bridge.is_leader(),
+        b.bridge.is_leader()
+    );
+
+    // The standby serves reads and refuses writes.
+    let mut sb = b.client().await;
+    sb.list_environments(pb::ListEnvironmentsRequest {})
+        .await
+        .expect("standby reads");
+    let st = sb
+        .create_environment(create_req("", "flp001", 48100))
+        .await
+        .expect_err("standby writes");
+    assert_eq!(st.code(), tonic::Code::Unavailable);
+
+    // The leader goes away: the standby takes over, and never both lead at once.
+    a.stop.cancel();
+    let _ = ta.await;
+    assert!(!a.bridge.leader_flag().load(Ordering::Acquire));
+    support::wait_for("b to lead", WAIT, || async {
+        b.bridge.is_leader().then_some(())
+    })
+    .await;
+    let _keep: Arc<()> = Arc::new(());
+}
+
+#[tokio::test]
+async fn watch_events_stream_roster_changes() {
+    let ns = TestNamespace::new("daemon-events").await;
+    install_crds(&ns.client).await;
+    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let _sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
+    let d = Daemon::start(
+        ns.client.clone(),
+        fixed_ns(&ns.name),
+        test_renderer(&tpl.prefix),
+    )
+    .await;
+    let mut api = d.client().await;
+    let mut stream = api
+        .watch_events(pb::WatchEventsRequest {
+            id: String::new(),
+            snapshot: true,
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let c = api
+        .create_environment(create_req("", "flp001", 48200))
+        .await
+        .expect("create")
+        .into_inner();
+    let mut seen_env = false;
+    let mut standby = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + WAIT;
+    while standby.len() < 3 && Instant::now() < deadline {
+        let ev = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("an event")
+            .expect("stream")
+            .expect("event");
+        if ev.env_name != c.name {
+            continue;
+        }
+        seen_env |= ev.kind == "env-applied";
+        if let Some(t) = ev.task.filter(|t| t.state == "STANDBY") {
+            standby.insert(t.name);
+        }
+    }
+    assert!(seen_env);
+    assert_eq!(standby.len(), 3);
+}
+
+/// A child process killed when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The real thing: the render core on our manifests, the operator, and one task simulator per
+/// pod (`envbridge dev sim-runner`), driven through the daemon's API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_operator_a_rendered_readout_dataflow_runs_its_cycle_and_fails_fast() {
+    let ns = TestNamespace::new("daemon-e2e").await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    envbridge::install::crds(&ns.client).await.expect("CRDs");
+    envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
+        .await
+        .expect("TaskTemplates");
+    let suffix = support::random_suffix();
+    let (ok_id, bad_id) = (format!("ok{suffix}"), format!("bad{suffix}"));
+
+    let mut sims = Vec::new();
+    for id in [&ok_id, &bad_id] {
+        let selector =
+            format!("app.kubernetes.io/managed-by=envbridge,envbridge.dev/environment={id}");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+            .args(["dev", "sim-runner", "--in-process", "--selector", &selector])
+            .arg("--kubeconfig")
+            .arg(&ns.info.kubeconfig)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("sim-runner");
+        sims.push(Child(child));
+    }
+    let op_stop = tokio_util::sync::CancellationToken::new();
+    let op_args = envbridge::operator::OperatorArgs {
+        namespace: Some(ns.name.clone()),
+        no_leader_election: true,
+        connect_timeout_seconds: 20,
+        ..envbridge::operator::OperatorArgs::default()
+    };
+    let operator = tokio::spawn(envbridge::operator::run(
+        ns.client.clone(),
+        op_args,
+        op_stop.clone(),
+    ));
+
+    let mut cfg = fixed_ns(&ns.name);
+    cfg.tasks_dir = root.join("control-workflows/tasks");
+    cfg.workflows_dir = root.join("control-workflows/workflows");
+    cfg.defaults_files = vec![root.join("site/local.yaml")];
+    // Nodes are shared with other tests' environments: ports of our own, away from theirs.
+    let base = 52000 + (u16::from_str_radix(&suffix[..4], 16).unwrap_or(0) % 100) * 100;
+    cfg.control_ports = base..=base + 49;
+    cfg.tcp_ports = base + 50..=base + 99;
+    let renderer = envbridge::bridge::render::renderer(&cfg);
+    let d = Daemon::start(ns.client.clone(), cfg, renderer).await;
+    let mut api = d.client().await;
+    let hosts = r#"["flp001","flp002","flp003"]"#;
+    let create = |id: &str, extra: &[(&str, &str)]| {
+        let mut variables = HashMap::from([("hosts".to_string(), hosts.to_string())]);
+        variables.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        pb::CreateEnvironmentRequest {
+            workflow: "readout-dataflow".into(),
+            variables,
+            env_id: id.to_string(),
+            wait: true,
+            timeout_seconds: 120,
+            ..Default::default()
+        }
+    };
+    let c = api
+        .create_environment(create(&ok_id, &[]))
+        .await
+        .expect("create")
+        .into_inner();
+    assert_eq!(
+        (c.outcome.as_str(), c.nodes),
+        ("reached", 3),
+        "{} {:?}",
+        c.message,
+        c.failures
+    );
+    let env = api
+        .get_environment(pb::GetEnvironmentRequest { id: ok_id.clone() })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(env.tasks.len() as u32, c.tasks);
+    assert!(
+        env.tasks
+            .iter()
+            .all(|t| t.state == "STANDBY" && t.pod_phase == "Running")
+    );
+    for (event, args) in [
+        ("CONFIGURE", &[][..]),
+        (
+            "START",
+            &[("run_number", "7"), ("run_type", "TECHNICAL")][..],
+        ),
+        ("STOP", &[][..]),
+        ("RESET", &[][..]),
+    ] {
+        let r = api
+            .transition(transition(&ok_id, event, args))
+            .await
+            .expect(event)
+            .into_inner();
+        assert!(r.ok, "{event}: {} {:?}", r.message, r.failures);
+        assert_eq!(r.tasks, c.tasks);
+    }
+
+    // A task told to fail CONFIGURE (StfBuilder on flp002) fails the call at once, named.
+    let b = api
+        .create_environment(create(
+            &bad_id,
+            &[("sim_fail_host", "flp002"), ("sim_fail_on", "CONFIGURE")],
+        ))
+        .await
+        .expect("create")
+        .into_inner();
+    assert_eq!(b.outcome, "reached", "{}", b.message);
+    let mut req = transition(&bad_id, "CONFIGURE", &[]);
+    req.timeout_seconds = 0;
+    let started = Instant::now();
+    let r = api.transition(req).await.expect("transition").into_inner();
+    let took = started.elapsed();
+    assert!(!r.ok && r.outcome == "failed", "{r:?}");
+    assert_eq!(r.failures.len(), 1, "{:?}", r.failures);
+    assert_eq!(r.failures[0].node, "flp002");
+    assert!(r.failures[0].path.contains("stfb"), "{:?}", r.failures[0]);
+    assert!(
+        took < Duration::from_secs(2),
+        "failure reported after {took:?}"
+    );
+
+    for id in [&ok_id, &bad_id] {
+        let gone = api
+            .destroy_environment(pb::DestroyEnvironmentRequest {
+                id: id.to_string(),
+                wait: true,
+                timeout_seconds: 90,
+            })
+            .await
+            .expect("destroy")
+            .into_inner();
+        assert!(gone.gone, "{id}: {}", gone.message);
+    }
+    op_stop.cancel();
+    let _ = tokio::time::timeout(WAIT, operator).await;
+}
+
+/// The daemon works under its own ServiceAccount with manifests/deploy/daemon-rbac.yaml, and
+/// that RBAC does not let it write what it must not (Tasks, TaskTemplates).
+#[tokio::test]
+async fn the_daemon_runs_under_its_least_privilege_rbac() {
+    let ns = TestNamespace::new("daemon-rbac").await;
+    install_crds(&ns.client).await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    fixture::apply_manifest(&ns.client, &root.join("deploy/daemon-rbac.yaml")).await;
+    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let _sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
+    let sa = fixture::impersonating(
+        &ns.info.kubeconfig,
+        "system:serviceaccount:envbridge-system:envbridge-daemon",
+        &[
+            "system:serviceaccounts",
+            "system:serviceaccounts:envbridge-system",
+            "system:authenticated",
+        ],
+    )
+    .await;
+    let d = Daemon::start(sa.clone(), fixed_ns(&ns.name), test_renderer(&tpl.prefix)).await;
+    let mut api = d.client().await;
+    let c = api
+        .create_environment(create_req("", "flp001,flp002", 48300))
+        .await
+        .expect("create")
+        .into_inner();
+    assert_eq!(c.outcome, "reached", "{}", c.message);
+    let r = api
+        .transition(transition(&c.id, "CONFIGURE", &[]))
+        .await
+        .expect("configure")
+        .into_inner();
+    assert!(r.ok, "{}", r.message);
+    let victim = format!("{}-flp001-readout", c.id);
+    let k = api
+        .kill_task(pb::KillTaskRequest {
+            id: c.id.clone(),
+            task: victim,
+            timeout_seconds: 30,
+        })
+        .await
+        .expect("kill");
+    assert!(k.into_inner().gone);
+    let gone = api
+        .destroy_environment(pb::DestroyEnvironmentRequest {
+            id: c.id.clone(),
+            wait: true,
+            timeout_seconds: 60,
+        })
+        .await
+        .expect("destroy")
+        .into_inner();
+    assert!(gone.gone, "{}", gone.message);
+
+    // Least privilege: no writing Tasks (the operator's) or TaskTemplates (administrators').
+    let tasks: Api<Task> = Api::namespaced(sa.clone(), &ns.name);
+    let t = Task::new("forbidden", Default::default());
+    let denied = tasks
+        .create(&PostParams::default(), &t)
+        .await
+        .expect_err("create Task");
+    assert!(
+        matches!(denied, kube::Error::Api(ref s) if s.code == 403),
+        "{denied}"
+    );
+    let tts: Api<envbridge::crd::TaskTemplate> = Api::all(sa);
+    let denied = tts
+        .delete(&format!("{}-readout", tpl.prefix), &DeleteParams::default())
+        .await
+        .expect_err("delete TaskTemplate");
+    assert!(
+        matches!(denied, kube::Error::Api(ref s) if s.code == 403),
+        "{denied}"
+    );
+}

@@ -1,0 +1,366 @@
+//! Shared pieces of the daemon tests: CRDs, TaskTemplates, a 3-host readout-dataflow, and a
+//! daemon (bridge + API server) running in the test process.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envbridge::bridge::objects::{Objects, pack};
+use envbridge::bridge::{
+    Bridge, BridgeConfig, BridgeError, CreateSpec, Metrics, NamespaceMode, Renderer, TakenPorts,
+};
+use envbridge::crd::{Environment, Task, TaskSet, TaskTemplate, TaskTemplateSpec};
+use envbridge::plan::{ControlMode, EnvVar, TaskRef};
+use envbridge::server::pb::env_bridge_client::EnvBridgeClient;
+use envbridge::server::{self, ServerConfig};
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Client, CustomResourceExt};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+/// Installs (server-side apply) the CRDs and waits until they are established.
+pub async fn install_crds(client: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let pp = PatchParams::apply("envbridge-tests").force();
+    for crd in [
+        Environment::crd(),
+        TaskSet::crd(),
+        Task::crd(),
+        TaskTemplate::crd(),
+    ] {
+        let name = crd.metadata.name.clone().expect("crd name");
+        api.patch(&name, &pp, &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("apply CRD {name}: {e}"));
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            await_condition(api.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("CRD {name} not established"))
+        .unwrap_or_else(|e| panic!("CRD {name}: {e}"));
+    }
+}
+
+/// The classes of the readout-dataflow, each with its own TaskTemplate named `<prefix>-<class>`.
+pub const CLASSES: [&str; 3] = ["readout", "stfbuilder", "stfsender"];
+
+/// Cluster-scoped TaskTemplates for one test (deleted on drop).
+pub struct Templates {
+    pub prefix: String,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Templates {
+    pub async fn create(client: &Client, kubeconfig: &std::path::Path, prefix: &str) -> Templates {
+        let api: Api<TaskTemplate> = Api::all(client.clone());
+        let pp = PatchParams::apply("envbridge-tests").force();
+        for class in CLASSES {
+            let name = format!("{prefix}-{class}");
+            let tt = TaskTemplate::new(
+                &name,
+                TaskTemplateSpec {
+                    control_mode: ControlMode::Direct,
+                    required_env: vec!["O2_ROLE".into(), "OCC_CONTROL_PORT".into()],
+                    log_file: None,
+                    pod: PodSpec {
+                        host_network: Some(true),
+                        host_ipc: Some(true),
+                        containers: vec![Container {
+                            name: "task".into(),
+                            image: Some("envbridge.invalid/sim:1".into()),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    },
+                },
+            );
+            api.patch(&name, &pp, &Patch::Apply(&tt))
+                .await
+                .unwrap_or_else(|e| panic!("apply TaskTemplate {name}: {e}"));
+        }
+        Templates {
+            prefix: prefix.to_string(),
+            kubeconfig: kubeconfig.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for Templates {
+    fn drop(&mut self) {
+        // A client of its own: the test's runtime may be blocked in this drop.
+        let (kubeconfig, prefix) = (self.kubeconfig.clone(), self.prefix.clone());
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let Ok(client) = envbridge::dev::client_for(&kubeconfig).await else {
+                    return;
+                };
+                let api: Api<TaskTemplate> = Api::all(client);
+                for class in CLASSES {
+                    let _ = api
+                        .delete(&format!("{prefix}-{class}"), &DeleteParams::default())
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// One task of the readout-dataflow on `host`.
+fn task(
+    env: &str,
+    prefix: &str,
+    host: &str,
+    class: &str,
+    port: u16,
+    channels: BTreeMap<String, String>,
+) -> TaskRef {
+    TaskRef {
+        name: format!("{env}-{host}-{class}"),
+        id: format!("{host}-{class}"),
+        path: format!("readout-dataflow.host-{host}.{class}"),
+        class: class.into(),
+        node: host.into(),
+        template: format!("{prefix}-{class}"),
+        control_mode: ControlMode::Direct,
+        control_port: port,
+        critical: true,
+        command: class.into(),
+        env: vec![
+            EnvVar {
+                name: "O2_ROLE".into(),
+                value: host.into(),
+            },
+            EnvVar {
+                name: "O2_SYSTEM".into(),
+                value: "FLP".into(),
+            },
+            EnvVar {
+                name: "OCC_CONTROL_PORT".into(),
+                value: port.to_string(),
+            },
+        ],
+        args: vec![],
+        channels,
+        ..TaskRef::default()
+    }
+}
+
+fn ipc(name: &str, method: &str, addr: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (format!("chans.{name}.0.address"), addr.to_string()),
+        (format!("chans.{name}.0.method"), method.to_string()),
+        (format!("chans.{name}.0.transport"), "shmem".to_string()),
+        (format!("chans.{name}.numSockets"), "1".to_string()),
+    ])
+}
+
+/// The readout-dataflow per host (readout -> stfbuilder -> stfsender over IPC), control ports
+/// from `base` avoiding `taken`.
+pub fn readout_dataflow(
+    env: &str,
+    prefix: &str,
+    hosts: &[String],
+    base: u16,
+    taken: &TakenPorts,
+) -> Objects {
+    let mut tasks = Vec::new();
+    for host in hosts {
+        let used = taken.get(host).cloned().unwrap_or_default();
+        let mut ports = (base..u16::MAX).filter(|p| !used.contains(p));
+        for (i, class) in CLASSES.iter().enumerate() {
+            let mut ch = BTreeMap::new();
+            let sock = |n: &str| format!("ipc://@{env}-{host}-{n}");
+            match i {
+                0 => ch.extend(ipc("readout", "bind", &sock("readout"))),
+                1 => {
+                    ch.extend(ipc("readout", "connect", &sock("readout")));
+                    ch.extend(ipc("stfb", "bind", &sock("stfb")));
+                }
+                _ => ch.extend(ipc("stfb", "connect", &sock("stfb"))),
+            }
+            let port = ports.next().expect("a free port");
+            tasks.push(task(env, prefix, host, class, port, ch));
+        }
+    }
+    pack(env, env, "readout-dataflow", tasks)
+}
+
+pub fn hosts(n: u32) -> Vec<String> {
+    (1..=n).map(|i| format!("flp{i:03}")).collect()
+}
+
+/// A renderer for the tests: `readout-dataflow` with `hosts` (comma list) and `port_base`.
+pub fn test_renderer(prefix: &str) -> Renderer {
+    let prefix = prefix.to_string();
+    Arc::new(move |spec: &CreateSpec, id: &str, taken: &TakenPorts| {
+        if spec.workflow != "readout-dataflow" {
+            return Err(BridgeError::Render(format!(
+                "unknown workflow {:?}",
+                spec.workflow
+            )));
+        }
+        let hosts: Vec<String> = spec
+            .variables
+            .get("hosts")
+            .map(|h| h.split(',').map(String::from).collect())
+            .unwrap_or_else(|| hosts(3));
+        let base = spec
+            .variables
+            .get("port_base")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(47100);
+        Ok(readout_dataflow(id, &prefix, &hosts, base, taken))
+    })
+}
+
+/// A daemon (bridge + API) inside the test process.
+pub struct Daemon {
+    pub bridge: Arc<Bridge>,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub stop: CancellationToken,
+}
+
+impl Daemon {
+    pub async fn start(client: Client, cfg: BridgeConfig, renderer: Renderer) -> Daemon {
+        let bridge = Bridge::new(client, cfg, Metrics::new(), renderer);
+        let stop = CancellationToken::new();
+        {
+            let b = bridge.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move { b.run_watches(stop).await });
+        }
+        let scfg = ServerConfig {
+            grpc_addr: "127.0.0.1:0".parse().expect("addr"),
+            http_addr: "127.0.0.1:0".parse().expect("addr"),
+            ..ServerConfig::default()
+        };
+        let (bound, _h) = server::serve(bridge.clone(), scfg, stop.clone())
+            .await
+            .expect("serve");
+        assert!(
+            bridge.wait_synced(Duration::from_secs(30)).await,
+            "watches did not sync"
+        );
+        Daemon {
+            bridge,
+            grpc: bound.grpc,
+            http: bound.http,
+            stop,
+        }
+    }
+
+    pub async fn client(&self) -> EnvBridgeClient<Channel> {
+        EnvBridgeClient::connect(format!("http://{}", self.grpc))
+            .await
+            .expect("connect to the daemon")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Bridge settings for one test namespace.
+pub fn fixed_ns(ns: &str) -> BridgeConfig {
+    BridgeConfig {
+        namespaces: NamespaceMode::Fixed {
+            namespace: ns.to_string(),
+        },
+        watch_namespace: Some(ns.to_string()),
+        field_manager: "envbridge-daemon-test".into(),
+        ..BridgeConfig::default()
+    }
+}
+
+/// Names of the objects of one kind in a namespace.
+pub async fn names<K>(client: &Client, ns: &str) -> BTreeSet<String>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    api.list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .filter_map(|o| o.meta().name.clone())
+        .collect()
+}
+
+/// A free TCP port on 127.0.0.1 for a child process, outside the kernel's ephemeral range
+/// (so that no in-process listener on port 0 can take it between our check and its bind).
+pub fn free_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    let start = 20000 + (h.finish() % 10000) as u16;
+    (start..30000)
+        .chain(20000..start)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port")
+}
+
+/// Server-side applies every document of a YAML manifest (kinds found by discovery).
+pub async fn apply_manifest(client: &Client, path: &std::path::Path) {
+    use kube::api::DynamicObject;
+    use kube::core::GroupVersionKind;
+    use kube::discovery::pinned_kind;
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        let obj: DynamicObject = serde_json::from_value(doc.clone()).expect("object");
+        let tm = obj.types.clone().expect("apiVersion and kind");
+        let (group, version) = tm
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", tm.api_version.as_str()));
+        let (ar, caps) = pinned_kind(client, &GroupVersionKind::gvk(group, version, &tm.kind))
+            .await
+            .expect("discovery");
+        let name = obj.metadata.name.clone().expect("name");
+        let api: Api<DynamicObject> = match (&caps.scope, obj.metadata.namespace.as_deref()) {
+            (kube::discovery::Scope::Namespaced, Some(ns)) => {
+                Api::namespaced_with(client.clone(), ns, &ar)
+            }
+            _ => Api::all_with(client.clone(), &ar),
+        };
+        api.patch(
+            &name,
+            &PatchParams::apply("envbridge-tests").force(),
+            &Patch::Apply(&doc),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply {} {name}: {e}", tm.kind));
+    }
+}
+
+/// A client acting as `user` (impersonation): its RBAC applies, not the admin's.
+pub async fn impersonating(kubeconfig: &std::path::Path, user: &str, groups: &[&str]) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    cfg.auth_info.impersonate = Some(user.into());
+    cfg.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+    Client::try_from(cfg).expect("client")
+}
