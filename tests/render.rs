@@ -117,6 +117,10 @@ fn corpus_resources_cleanup_renders_with_a_site_profile() {
         "modulepath empty: the plain command line"
     );
     assert_eq!(roc.timeout_seconds, Some(10));
+    assert!(
+        !roc.needs_host_namespaces(),
+        "no channels: no host namespaces needed"
+    );
     let env: Vec<(&str, &str)> = roc
         .env
         .iter()

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use sha2::{Digest, Sha256};
 
-use super::names::sha256_hex;
 use super::{Plan, TaskRef};
 use crate::crd::{Environment, EnvironmentSpec, HookRef, TaskSet, TaskSetRef, TaskSetSpec, labels};
 use crate::state::State;
@@ -52,45 +52,57 @@ fn meta(name: &str, namespace: Option<&str>, env_name: &str) -> ObjectMeta {
 /// together unless they alone exceed the budget) and builds the Environment.
 pub fn objects(plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
     let env_name = plan.environment_name.clone();
-    let mut groups: Vec<Vec<TaskRef>> = Vec::new();
-    let mut current: Vec<TaskRef> = Vec::new();
-    let mut size = 0usize;
-    let mut i = 0;
+    // Each task is serialized once: its size decides the packing, and a set's JSON array is the
+    // concatenation (`[a,b,...]` is exactly what serde_json writes for the Vec), hashed as is.
+    let json: Vec<Vec<u8>> = plan
+        .tasks
+        .iter()
+        .map(|t| serde_json::to_vec(t).unwrap_or_default())
+        .collect();
+    let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+    let (mut start, mut size) = (0usize, 0usize);
     let tasks = &plan.tasks;
+    let mut i = 0;
     while i < tasks.len() {
         let node = &tasks[i].node;
         let end = tasks[i..]
             .iter()
             .position(|t| &t.node != node)
             .map_or(tasks.len(), |p| i + p);
-        let sizes: Vec<usize> = tasks[i..end]
-            .iter()
-            .map(|t| serde_json::to_vec(t).map_or(0, |v| v.len()) + 1)
-            .collect();
-        let node_size: usize = sizes.iter().sum();
-        if !current.is_empty() && size + node_size > budget {
-            groups.push(std::mem::take(&mut current));
-            size = 0;
+        let node_size: usize = json[i..end].iter().map(|j| j.len() + 1).sum();
+        if start < i && size + node_size > budget {
+            groups.push(start..i);
+            (start, size) = (i, 0);
         }
-        for (t, s) in tasks[i..end].iter().zip(sizes) {
-            if !current.is_empty() && size + s > budget {
-                groups.push(std::mem::take(&mut current));
-                size = 0;
+        for (k, j) in json.iter().enumerate().take(end).skip(i) {
+            let s = j.len() + 1;
+            if start < k && size + s > budget {
+                groups.push(start..k);
+                (start, size) = (k, 0);
             }
-            current.push(t.clone());
             size += s;
         }
         i = end;
     }
-    if !current.is_empty() {
-        groups.push(current);
+    if start < tasks.len() {
+        groups.push(start..tasks.len());
     }
     let mut task_sets = Vec::with_capacity(groups.len());
     let mut refs = Vec::with_capacity(groups.len());
-    for (idx, group) in groups.into_iter().enumerate() {
-        let sha = sha256_hex(&serde_json::to_vec(&group).unwrap_or_default());
+    for (idx, range) in groups.into_iter().enumerate() {
+        let mut hasher = Sha256::new();
+        hasher.update(b"[");
+        for (n, j) in json[range.clone()].iter().enumerate() {
+            if n > 0 {
+                hasher.update(b",");
+            }
+            hasher.update(j);
+        }
+        hasher.update(b"]");
+        let sha = hex::encode(hasher.finalize());
         // The content hash in the name: a changed render writes new sets, never edits old ones.
         let name = format!("{env_name}-{idx:04}-{}", &sha[..10]);
+        let group = tasks[range].to_vec();
         refs.push(TaskSetRef {
             name: name.clone(),
             sha256: sha,

@@ -75,3 +75,15 @@ pub struct TaskRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u32>,
 }
+
+impl TaskRef {
+    /// IPC channels (abstract sockets) and shared-memory transport only work when the pod shares
+    /// the node's network and IPC namespaces: the deploy step rejects such a task whose
+    /// TaskTemplate lacks `hostNetwork`/`hostIPC`.
+    pub fn needs_host_namespaces(&self) -> bool {
+        self.channels.iter().any(|(k, v)| {
+            (k.ends_with(".address") && v.starts_with("ipc://"))
+                || (k.ends_with(".transport") && v == "shmem")
+        })
+    }
+}

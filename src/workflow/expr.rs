@@ -29,6 +29,8 @@ use super::template::MAX_EXPR_LEN;
 pub const MAX_NESTING: usize = 24;
 /// Longest run of prefix operators (`!!!!x`) accepted: each is one parser recursion.
 const MAX_PREFIX_RUN: usize = 8;
+/// Longest value an expression or a template may produce (bytes): stops doubling chains.
+pub const MAX_VALUE: usize = 256 * 1024;
 /// Most distinct (expression, inputs) results kept.
 const MEMO_LIMIT: usize = 200_000;
 
@@ -222,6 +224,14 @@ impl Engine {
                 ));
             }
         };
+        if let Value::String(text) = &value
+            && text.len() > MAX_VALUE
+        {
+            return Err(Error::new(
+                loc,
+                format!("expression `{src}` gives a value longer than {MAX_VALUE} bytes"),
+            ));
+        }
         to_text(&value).ok_or_else(|| {
             Error::new(
                 loc,
@@ -286,7 +296,52 @@ fn check_shape(src: &str) -> std::result::Result<(), String> {
     if ops > 256 {
         return Err("expression has too many operators".to_string());
     }
+    // Comprehensions (`.map(x, ...)`, nested) can loop without bound; workflows need none.
+    let bare = unquoted(src);
+    for m in [
+        "map",
+        "filter",
+        "all",
+        "exists",
+        "exists_one",
+        "transformList",
+        "transformMap",
+    ] {
+        if bare.contains(&format!(".{m}(")) {
+            return Err(format!(
+                "`{m}` comprehensions are not supported in workflow expressions"
+            ));
+        }
+    }
     Ok(())
+}
+
+/// The source with string literals blanked out.
+fn unquoted(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for ch in src.chars() {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if ch == '\\' {
+                    escaped = true;
+                } else if ch == q {
+                    quote = None;
+                }
+                out.push(' ');
+            }
+            None => {
+                if ch == '\'' || ch == '"' {
+                    quote = Some(ch);
+                }
+                out.push(ch);
+            }
+        }
+    }
+    out
 }
 
 fn describe(src: &str, e: &ExecutionError) -> String {
@@ -490,6 +545,9 @@ mod tests {
         assert!(e.message.contains("does not parse"), "{e}");
         let e = eval(&format!("{}1{}", "(".repeat(100), ")".repeat(100)), &v).unwrap_err();
         assert!(e.message.contains("nested"), "{e}");
+        let e = eval("[1, 2].map(x, [1, 2].map(y, y))", &v).unwrap_err();
+        assert!(e.message.contains("comprehensions"), "{e}");
+        assert_eq!(eval("'a.map(b)' + ''", &v).unwrap(), "a.map(b)");
         let e = eval("inventory.DetectorForHost(x)", &v).unwrap_err();
         assert!(e.message.contains("inventory"), "{e}");
     }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::error::{Error, Result};
-use super::expr::{CallSite, Engine, Lookup};
+use super::expr::{CallSite, Engine, Lookup, MAX_VALUE};
 use super::model::VarBlock;
 use super::template::{Part, Template};
 
@@ -171,6 +171,12 @@ impl<'e> Scope<'e> {
                     out.push_str(&self.engine.eval(src, loc, &lookup, &site)?);
                 }
             }
+            if out.len() > MAX_VALUE {
+                return Err(Error::new(
+                    &tmpl.loc,
+                    format!("value longer than {MAX_VALUE} bytes"),
+                ));
+            }
         }
         Ok(out)
     }
@@ -254,5 +260,27 @@ mod tests {
         );
         let e = scope.var("a").unwrap_err();
         assert!(e.message.contains("depends on itself"), "{e}");
+    }
+
+    #[test]
+    fn doubling_chains_are_bounded() {
+        let engine = Engine::new();
+        let mut vars = vec![("v0".to_string(), "x".repeat(64))];
+        for i in 1..40 {
+            vars.push((format!("v{i}"), format!("{{{{ v{p} + v{p} }}}}", p = i - 1)));
+        }
+        let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let l = Layer::new(&block(&pairs), None);
+        let scope = Scope::new(
+            &engine,
+            vec![l],
+            Builtins {
+                environment_id: Arc::from("E"),
+                task_hostname: None,
+            },
+            Arc::from("w"),
+        );
+        let e = scope.var("v39").unwrap_err();
+        assert!(e.message.contains("longer than"), "{e}");
     }
 }

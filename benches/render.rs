@@ -1,0 +1,93 @@
+//! Render benchmark (printed figures, not a timed test).
+//!
+//! Renders an environment of 2,000 and of 10,000 tasks (8 per node: two readout -> StfBuilder
+//! -> StfSender chains and two more readouts, from manifests/control-workflows/) and, in the same
+//! run, serializes the unfactored task list (the `-o tasks` view) to JSON. Prints the best and
+//! median of several runs and the ratio render / serialize.
+//!
+//! Run: `cargo bench --bench render`
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use envbridge::plan::{self, RenderRequest, TaskView};
+use envbridge::workflow::Sources;
+
+const RUNS: usize = 7;
+
+fn workflow(dir: &Path) {
+    let chain = |i: usize| {
+        format!(
+            "      - name: chain{i}\n        roles:\n          - name: readout\n            task:\n              load: readout\n\
+             \x20         - name: stfb\n            vars:\n              dd_discovery_stfb_id: stfb-{{{{ it }}}}-{{{{ uid.New() }}}}\n\
+             \x20           connect:\n              - name: readout\n                type: pull\n                target: \"{{{{ Parent().Path }}}}.readout:readout\"\n\
+             \x20           task:\n              load: stfbuilder-senderoutput\n\
+             \x20         - name: stfs\n            vars:\n              dd_discovery_stfs_id: stfs-{{{{ it }}}}-{{{{ uid.New() }}}}\n\
+             \x20           connect:\n              - name: buildertosender\n                type: pull\n                target: \"{{{{ Parent().Path }}}}.stfb:buildertosender\"\n\
+             \x20           task:\n              load: stfsender\n"
+        )
+    };
+    let text = format!(
+        "name: bench\nroles:\n  - name: host-{{{{ it }}}}\n    for:\n      range: \"{{{{ hosts }}}}\"\n      var: it\n    constraints:\n      - attribute: machine_id\n        value: \"{{{{ it }}}}\"\n    roles:\n{}{}      - name: extra0\n        task:\n          load: readout\n      - name: extra1\n        task:\n          load: readout\n",
+        chain(0),
+        chain(1)
+    );
+    std::fs::write(dir.join("bench.yaml"), text).expect("write workflow");
+}
+
+fn stats(mut d: Vec<Duration>) -> (f64, f64) {
+    d.sort();
+    (d[0].as_secs_f64() * 1e3, d[d.len() / 2].as_secs_f64() * 1e3)
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    workflow(dir.path());
+    println!("render benchmark: {} runs each, best / median (ms)", RUNS);
+    for tasks in [2_000usize, 10_000] {
+        let nodes = tasks / 8;
+        let hosts: Vec<String> = (1..=nodes).map(|i| format!("flp{i:04}")).collect();
+        let req = RenderRequest {
+            sources: Sources {
+                tasks_dir: root.join("manifests/control-workflows/tasks"),
+                workflows_dir: None,
+                defaults_files: vec![root.join("manifests/site/local.yaml")],
+            },
+            workflow: dir.path().join("bench.yaml"),
+            sets: vec![("hosts".into(), serde_json::to_string(&hosts).expect("json"))],
+            env_id: Some("bench".into()),
+            ..RenderRequest::default()
+        };
+        let mut render_t = Vec::new();
+        let mut ser_t = Vec::new();
+        let mut bytes = 0;
+        let mut objects = 0;
+        for _ in 0..RUNS {
+            let t0 = Instant::now();
+            let r = match plan::render(&req) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    std::process::exit(2);
+                }
+            };
+            render_t.push(t0.elapsed());
+            assert_eq!(r.tasks.len(), tasks);
+            objects = r.task_sets.len() + 1;
+            let t1 = Instant::now();
+            let view: Vec<TaskView> = r.tasks.iter().map(TaskView::from).collect();
+            let json = serde_json::to_vec(&view).expect("serialize");
+            ser_t.push(t1.elapsed());
+            bytes = json.len();
+        }
+        let (rb, rm) = stats(render_t);
+        let (sb, sm) = stats(ser_t);
+        println!(
+            "{tasks:>6} tasks on {nodes:>4} nodes ({objects} objects): render {rb:8.1} / {rm:8.1}   \
+             serialize -o tasks JSON ({:.1} MiB) {sb:6.1} / {sm:6.1}   ratio (median) {:.2}x",
+            bytes as f64 / (1024.0 * 1024.0),
+            rm / sm
+        );
+    }
+}
