@@ -114,7 +114,12 @@ async fn demo(args: &DemoArgs, children: &mut Children) -> Result<serde_json::Va
         format!("--workflows-dir={}", flows.join("workflows").display()),
         format!("--defaults={}", site.display()),
     ];
-    let sim_args = ["dev".to_string(), "sim-runner".into(), format!("--kubeconfig={kubeconfig}")];
+    let sim_args = [
+        "dev".to_string(),
+        "sim-runner".into(),
+        format!("--kubeconfig={kubeconfig}"),
+        format!("--log-dir={}", run_dir.join("simulators").display()),
+    ];
     children.spawn(&exe, "sim-runner", &sim_args, &run_dir, &kubeconfig)?;
     children.spawn(&exe, "operator", &["operator".to_string()], &run_dir, &kubeconfig)?;
     children.spawn(&exe, "daemon", &daemon_args, &run_dir, &kubeconfig)?;
@@ -218,7 +223,7 @@ fn describe_failures(reply: &pb::TransitionReply) -> String {
 async fn connect_with_retry(addr: &str, children: &mut Children) -> Result<Client, String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match connect_to(addr, None).await {
+        match connect_to(addr, None, None).await {
             Ok(c) => return Ok(c),
             Err(e) if Instant::now() > deadline => return Err(e),
             Err(_) => {

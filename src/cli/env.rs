@@ -114,7 +114,7 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 }
 
 #[derive(Clone)]
-struct Auth(Option<MetadataValue<tonic::metadata::Ascii>>);
+pub(super) struct Auth(Option<MetadataValue<tonic::metadata::Ascii>>);
 
 impl Interceptor for Auth {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
@@ -125,14 +125,23 @@ impl Interceptor for Auth {
     }
 }
 
-type Client = EnvBridgeClient<tonic::service::interceptor::InterceptedService<Channel, Auth>>;
+pub(super) type Client =
+    EnvBridgeClient<tonic::service::interceptor::InterceptedService<Channel, Auth>>;
 
 async fn connect(a: &EnvArgs) -> Result<Client, String> {
-    let mut ep =
-        Channel::from_shared(a.addr.clone()).map_err(|e| format!("address {}: {e}", a.addr))?;
-    if a.addr.starts_with("https://") {
+    connect_to(&a.addr, a.token.as_deref(), a.ca_cert.as_deref()).await
+}
+
+/// A daemon client for `addr` (`http://` or `https://`), with an optional bearer token and CA.
+pub(super) async fn connect_to(
+    addr: &str,
+    token: Option<&str>,
+    ca_cert: Option<&std::path::Path>,
+) -> Result<Client, String> {
+    let mut ep = Channel::from_shared(addr.to_string()).map_err(|e| format!("address {addr}: {e}"))?;
+    if addr.starts_with("https://") {
         let mut tls = ClientTlsConfig::new();
-        if let Some(ca) = &a.ca_cert {
+        if let Some(ca) = ca_cert {
             let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
             tls = tls.ca_certificate(Certificate::from_pem(pem));
         }
@@ -141,8 +150,8 @@ async fn connect(a: &EnvArgs) -> Result<Client, String> {
     let ch = ep
         .connect()
         .await
-        .map_err(|e| format!("cannot reach the daemon at {}: {e}", a.addr))?;
-    let token = match &a.token {
+        .map_err(|e| format!("cannot reach the daemon at {addr}: {e}"))?;
+    let token = match token {
         Some(t) => Some(
             format!("Bearer {t}")
                 .parse()

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod daemon;
+mod demo;
 mod env;
 mod render;
 
@@ -34,6 +35,8 @@ pub enum Command {
     Operator(envbridge::operator::OperatorArgs),
     /// Run a task SIMULATOR: a stand-in task process speaking the control protocol.
     TaskSim(envbridge::control::sim::TaskSimArgs),
+    /// The whole system end to end on the local control plane (the README's first command).
+    Demo(demo::DemoArgs),
     /// Render a workflow into the objects to apply (or `-o tasks`: the resolved task view).
     Render(render::RenderArgs),
 }
@@ -47,5 +50,6 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Operator(args) => envbridge::operator::run_cli(args),
         Command::TaskSim(args) => envbridge::control::sim::run(args),
         Command::Render(args) => render::run(args),
+        Command::Demo(args) => demo::run(args),
     }
 }

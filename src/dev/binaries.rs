@@ -177,7 +177,19 @@ fn build(root: &Path, dir: &Path) -> Result<()> {
         log.display()
     );
     let start = Instant::now();
-    let status = cmd.status().ctx("running", &go)?;
+    let mut child = cmd.spawn().ctx("running", &go)?;
+    // Say every minute that it is still building: a silent 12 minutes looks like a hang.
+    let mut next_note = 60;
+    let status = loop {
+        if let Some(status) = child.try_wait().ctx("waiting for", &go)? {
+            break status;
+        }
+        if start.elapsed().as_secs() >= next_note {
+            eprintln!("envbridge: still building ({} min)", next_note / 60);
+            next_note += 60;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
     if !status.success() {
         return Err(DevError::Build(format!(
             "`go build` exited with {status}; last lines of {}:\n{}",

@@ -41,6 +41,12 @@ pub struct SimRunnerArgs {
     /// Label selector of the pods to simulate.
     #[arg(long, default_value = DEFAULT_SELECTOR)]
     pub selector: String,
+    /// Only pods of this namespace [default: all namespaces].
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// The envbridge executable to run `task-sim` with [default: this executable].
+    #[arg(long, hide = true)]
+    pub sim_exe: Option<PathBuf>,
     /// Write each simulator's log to DIR/<namespace>_<pod>.log instead of this process's stderr.
     #[arg(long)]
     pub log_dir: Option<PathBuf>,
@@ -197,7 +203,13 @@ impl Runner {
         if self.args.in_process {
             return self.start_in_process(spec).await;
         }
-        let exe = match std::env::current_exe() {
+        let exe = match self
+            .args
+            .sim_exe
+            .clone()
+            .map(Ok)
+            .unwrap_or_else(std::env::current_exe)
+        {
             Ok(e) => e,
             Err(e) => {
                 error!("sim runner: cannot find its own executable: {e}");
@@ -418,7 +430,7 @@ pub fn run(args: SimRunnerArgs) -> ExitCode {
         }
     };
     rt.block_on(async move {
-        match serve(args).await {
+        match serve(args, shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 error!("sim runner: {e}");
@@ -428,8 +440,12 @@ pub fn run(args: SimRunnerArgs) -> ExitCode {
     })
 }
 
-/// Runs until SIGTERM/SIGINT, then stops every simulator it started.
-pub async fn serve(args: SimRunnerArgs) -> Result<(), RunnerError> {
+/// Runs until `shutdown` resolves (the command: SIGTERM/SIGINT), then stops every simulator
+/// it started.
+pub async fn serve(
+    args: SimRunnerArgs,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), RunnerError> {
     if let Some(dir) = &args.log_dir
         && let Err(e) = std::fs::create_dir_all(dir)
     {
@@ -439,13 +455,16 @@ pub async fn serve(args: SimRunnerArgs) -> Result<(), RunnerError> {
         });
     }
     let client = client(&args.kubeconfig).await?;
-    let pods: Api<Pod> = Api::all(client);
+    let pods: Api<Pod> = match &args.namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    };
     let wc = watcher::Config::default().labels(&args.selector);
     let mut events = watcher::watcher(pods, wc).default_backoff().boxed();
     let stop = Arc::new(tokio::sync::Notify::new());
     let stop2 = stop.clone();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        shutdown.await;
         stop2.notify_one();
     });
     info!(

@@ -161,7 +161,9 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
 
     let tasks: Vec<Arc<Task>> = ctx.tasks.state().into_iter().filter(|t| mine(t)).collect();
     let task_refs: Vec<&Task> = tasks.iter().map(|t| t.as_ref()).collect();
-    let expected = if created_before { 0 } else { refs.len() };
+    // Every referenced task counts: one not (yet) in the store is DEPLOYING, so a lagging
+    // store never makes the environment look complete early.
+    let expected = refs.len();
     let agg = aggregate(
         env.spec.desired_state,
         env.spec.transition.as_ref(),

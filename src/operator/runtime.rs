@@ -201,30 +201,45 @@ pub async fn run_controllers(
         .concurrency(args.env_concurrency)
         .debounce(Duration::from_millis(args.status_debounce_ms));
 
-    let stop = shutdown.clone();
-    let task_ctl = controller::Controller::for_stream(
-        log_errors(task_stream, "tasks").applied_objects(),
-        tasks,
-    )
-    .owns_stream(log_errors(pod_stream, "pods").touched_objects())
-    .owns_stream(log_errors(svc_stream, "services").touched_objects())
-    .with_config(task_cfg)
-    .graceful_shutdown_on(async move { stop.cancelled().await })
-    .run(
-        task_controller::reconcile,
-        task_controller::error_policy,
-        ctx.clone(),
-    )
-    .for_each(|r| {
-        if let Err(e) = r {
-            tracing::debug!(error = %e, "task reconcile");
+    // One Task watch serves both controllers: each Task event also asks for a reconcile of
+    // its Environment (instead of a second watch of every Task).
+    let (env_tx, env_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<Environment>>();
+    let task_stream = log_errors(task_stream, "tasks").inspect(move |ev| {
+        let one = |t: &Task| {
+            if let Some(ns) = t.namespace() {
+                let _ = env_tx.send(ObjectRef::new(&t.spec.environment).within(&ns));
+            }
+        };
+        if let Ok(
+            watcher::Event::Apply(t) | watcher::Event::Delete(t) | watcher::Event::InitApply(t),
+        ) = ev
+        {
+            one(t);
         }
-        std::future::ready(())
     });
+    let env_triggers = tokio_stream::wrappers::UnboundedReceiverStream::new(env_rx);
+
+    let stop = shutdown.clone();
+    let task_ctl = controller::Controller::for_stream(task_stream.applied_objects(), tasks)
+        .owns_stream(log_errors(pod_stream, "pods").touched_objects())
+        .owns_stream(log_errors(svc_stream, "services").touched_objects())
+        .with_config(task_cfg)
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(
+            task_controller::reconcile,
+            task_controller::error_policy,
+            ctx.clone(),
+        )
+        .for_each(|r| {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "task reconcile");
+            }
+            std::future::ready(())
+        });
 
     let stop = shutdown.clone();
     let env_ctl = controller::Controller::new(scoped::<Environment>(&client, ns), plain)
-        .owns(scoped::<Task>(&client, ns), managed)
+        .reconcile_on(env_triggers)
         .watches_stream(
             log_errors(set_stream, "tasksets").applied_objects(),
             |set: TaskSet| {

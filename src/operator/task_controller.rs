@@ -109,8 +109,6 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         other => other,
     };
     let labels = task_labels(&task.spec.environment, tref);
-    ensure_service(task, ctx, &labels).await?;
-
     let Some(pod) = pod else {
         if st
             .conditions
@@ -142,8 +140,14 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
             );
             return Ok(());
         }
-        return create_pod(task, ctx, st, step, &labels).await;
+        create_pod(task, ctx, st, step, &labels).await?;
+        // The pod first (it has to start), then its Service.
+        if st.state != Some(State::Error) {
+            ensure_service(task, ctx, &labels).await?;
+        }
+        return Ok(());
     };
+    ensure_service(task, ctx, &labels).await?;
 
     let view = observe(&pod);
     st.pod_phase = Some(view.phase.clone());
@@ -185,6 +189,13 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
     let (Some(ip), true) = (view.ip.as_deref(), view.phase == "Running") else {
         if st.state.is_none() {
             st.state = Some(State::Deploying);
+        }
+        // A pod that starts at once gets one status write (when running); one still
+        // pending after a moment is reported as such.
+        let age = pod_age(&pod);
+        if age < PENDING_QUIET && task.status.is_none() {
+            step.write_status = false;
+            step.action = Some(Action::requeue(PENDING_QUIET - age));
         }
         return Ok(());
     };
@@ -326,6 +337,18 @@ fn forget_endpoint(task: &Task) {
         .and_then(|ip| ip.parse::<IpAddr>().ok());
     if let Some(ip) = ip {
         control_api::forget(&SocketAddr::new(ip, task.spec.task.control_port));
+    }
+}
+
+/// How long a fresh pod may stay Pending before its Task reports it.
+const PENDING_QUIET: Duration = Duration::from_secs(2);
+
+fn pod_age(pod: &Pod) -> Duration {
+    match pod.metadata.creation_timestamp.as_ref() {
+        Some(t) => {
+            Duration::try_from(jiff::Timestamp::now().duration_since(t.0)).unwrap_or_default()
+        }
+        None => Duration::ZERO,
     }
 }
 

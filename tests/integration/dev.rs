@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use envbridge::dev::{addressing, stages};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Node, Pod, PodSpec, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
@@ -285,6 +285,23 @@ async fn nodes_carry_host_labels_distinct_loopback_ips_and_cidrs() {
             addressing::pod_cidr(n)
         );
     }
+}
+
+#[tokio::test]
+async fn service_cluster_ips_are_loopback_data() {
+    let client = support::client().await;
+    let services: Api<Service> = Api::namespaced(client, "default");
+    let svc = services
+        .get("kubernetes")
+        .await
+        .expect("kubernetes service");
+    let ip: Ipv4Addr = svc
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("cluster IP")
+        .parse()
+        .expect("IPv4");
+    assert!(ip.is_loopback(), "service IP {ip} outside 127.0.0.0/8");
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! The integration tests: ONE test binary, one module per area, all against the real local
 //! control plane (started once by `support` if none is running).
 
+mod control;
 mod daemon;
 mod dev;
 mod operator;

@@ -296,6 +296,10 @@ async fn dispatch(
         return Status::unimplemented(format!("task simulator has no method {path:?}")).into_http();
     };
     debug!("task simulator call {path:?} as {variant:?}");
+    if sim.crashed.is_cancelled() {
+        // In-process crash: the listener is gone, open connections get no service either.
+        return Status::unavailable("task simulator crashed (injected)").into_http();
+    }
     let s = Svc { sim, variant };
     let mut resp = match method {
         Method::GetState => {
