@@ -142,11 +142,12 @@ impl Bridge {
     /// Ports held on each node by every other live environment.
     pub fn taken_ports(&self, except: Option<&EnvKey>) -> TakenPorts {
         let mut taken = self.roster.ports_in_use(except);
+        // A reservation stands until the roster shows all of the environment's tasks (their
+        // ports are then counted from the roster); destroy drops it.
         self.reserved.retain(|k, _| {
-            // Keep a reservation until the roster shows the environment's tasks (or it is gone).
-            self.roster.env(k).is_none_or(|e| {
-                self.roster.sizes().tasks == 0 || self.roster.tasks_of(k).len() < e.tasks as usize
-            })
+            self.roster
+                .env(k)
+                .is_none_or(|e| self.roster.with_tasks(k, |t| t.count()) < e.tasks as usize)
         });
         for r in self.reserved.iter() {
             if Some(r.key()) == except {
