@@ -99,13 +99,14 @@ async fn run() -> Res {
     create_ns(&admin, &op_ns).await?;
     let sims = Sims::start(admin.clone(), op_ns.clone());
     let log = std::env::temp_dir().join(format!("envbridge-bench-operator-{suffix}.log"));
+    let log_file = std::fs::File::create(&log)?;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
         .args(["operator", "--no-leader-election", "--namespace", &op_ns])
         .args(["--headless-discovery-port", &DISCOVERY_PORT.to_string()])
         .env("KUBECONFIG", &info.kubeconfig)
         .env("RUST_LOG", "info")
-        .stderr(std::fs::File::create(&log)?)
-        .stdout(std::process::Stdio::null())
+        .stderr(log_file.try_clone()?)
+        .stdout(log_file)
         .kill_on_drop(true)
         .spawn()?;
     let pid = child.id().ok_or("operator exited at once")?;

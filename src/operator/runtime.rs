@@ -352,9 +352,13 @@ pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
         tracing_subscriber::fmt()
             .json()
             .with_env_filter(filter)
+            .with_writer(std::io::stderr)
             .init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
     }
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
