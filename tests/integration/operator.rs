@@ -17,8 +17,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::pinned_kind;
-use kube::runtime::wait::await_condition;
-use kube::{Api, Client, Config, CustomResourceExt, ResourceExt};
+use kube::{Api, Client, Config, ResourceExt};
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -106,20 +105,7 @@ async fn fixture(test: &str) -> Res<Fixture> {
 
 /// CRDs, the operator's RBAC and our TaskTemplates, applied server-side (idempotent).
 async fn install(admin: &Client) -> Res {
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        Api::all(admin.clone());
-    let pp = PatchParams::apply("envbridge-tests").force();
-    for crd in [
-        Environment::crd(),
-        TaskSet::crd(),
-        Task::crd(),
-        TaskTemplate::crd(),
-    ] {
-        let name = crd.name_any();
-        crds.patch(&name, &pp, &Patch::Apply(&crd)).await?;
-        let established = kube::runtime::conditions::is_crd_established();
-        tokio::time::timeout(WAIT, await_condition(crds.clone(), &name, established)).await??;
-    }
+    envbridge::install::crds(admin).await?;
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
     apply_file(admin, &root.join("deploy/operator-rbac.yaml")).await?;
     for t in ["readout", "stfbuilder-senderoutput", "stfsender"] {

@@ -10,40 +10,21 @@ use envbridge::bridge::objects::{Objects, pack};
 use envbridge::bridge::{
     Bridge, BridgeConfig, BridgeError, CreateSpec, Metrics, NamespaceMode, Renderer, TakenPorts,
 };
-use envbridge::crd::{Environment, Task, TaskSet, TaskTemplate, TaskTemplateSpec};
+use envbridge::crd::{TaskTemplate, TaskTemplateSpec};
 use envbridge::plan::{ControlMode, EnvVar, TaskRef};
 use envbridge::server::pb::env_bridge_client::EnvBridgeClient;
 use envbridge::server::{self, ServerConfig};
 use k8s_openapi::api::core::v1::{Container, PodSpec};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::wait::{await_condition, conditions};
-use kube::{Client, CustomResourceExt};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 /// Installs (server-side apply) the CRDs and waits until they are established.
 pub async fn install_crds(client: &Client) {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let pp = PatchParams::apply("envbridge-tests").force();
-    for crd in [
-        Environment::crd(),
-        TaskSet::crd(),
-        Task::crd(),
-        TaskTemplate::crd(),
-    ] {
-        let name = crd.metadata.name.clone().expect("crd name");
-        api.patch(&name, &pp, &Patch::Apply(&crd))
-            .await
-            .unwrap_or_else(|e| panic!("apply CRD {name}: {e}"));
-        tokio::time::timeout(
-            Duration::from_secs(30),
-            await_condition(api.clone(), &name, conditions::is_crd_established()),
-        )
+    envbridge::install::crds(client)
         .await
-        .unwrap_or_else(|_| panic!("CRD {name} not established"))
-        .unwrap_or_else(|e| panic!("CRD {name}: {e}"));
-    }
+        .unwrap_or_else(|e| panic!("installing the CRDs: {e}"));
 }
 
 /// The classes of the readout-dataflow, each with its own TaskTemplate named `<prefix>-<class>`.
