@@ -163,9 +163,15 @@ impl<'e> Scope<'e> {
                 Part::Expr { src, loc } => {
                     let site = CallSite {
                         role_path: at.clone(),
+                        // The file's name, not its path: output must not depend on
+                        // where the manifests are checked out.
                         uid_seed: format!(
-                            "{}\0{}\0{}",
-                            self.builtins.environment_id, self.home, loc
+                            "{}\0{}\0{}:{}:{}",
+                            self.builtins.environment_id,
+                            self.home,
+                            file_name(&loc.file),
+                            loc.line,
+                            loc.col
                         ),
                     };
                     out.push_str(&self.engine.eval(src, loc, &lookup, &site)?);
@@ -283,4 +289,9 @@ mod tests {
         let e = scope.var("v39").unwrap_err();
         assert!(e.message.contains("longer than"), "{e}");
     }
+}
+
+/// The last component of a path as written (`a/b/c.yaml` -> `c.yaml`).
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
