@@ -202,6 +202,11 @@ impl Lookup for ScopeLookup<'_, '_> {
     }
 }
 
+/// The last component of a path as written (`a/b/c.yaml` -> `c.yaml`).
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,9 +294,4 @@ mod tests {
         let e = scope.var("v39").unwrap_err();
         assert!(e.message.contains("longer than"), "{e}");
     }
-}
-
-/// The last component of a path as written (`a/b/c.yaml` -> `c.yaml`).
-fn file_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
