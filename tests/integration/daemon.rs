@@ -856,8 +856,10 @@ async fn two_replicas_never_both_write() {
         namespace: ns.name.clone(),
         name: "envbridge-daemon".into(),
         identity: id.into(),
-        duration: 10,
-        grace: 3,
+        // Long enough that a leader starved of CPU by the parallel suite still renews in
+        // time (a 10 s lease once expired under load); the handover below is by release.
+        duration: 30,
+        grace: 5,
     };
     let a = Daemon::start(
         ns.client.clone(),
