@@ -873,6 +873,10 @@ async fn two_replicas_never_both_write() {
         test_renderer(&tpl.prefix),
     )
     .await;
+    // A replica that runs leader election starts as a standby (the daemon binary waits for the
+    // first lease decision before serving); the fixture's bridges start as sole leaders.
+    a.bridge.leader_flag().store(false, Ordering::Release);
+    b.bridge.leader_flag().store(false, Ordering::Release);
     let ta = tokio::spawn(envbridge::bridge::leader::run(
         ns.client.clone(),
         lease("a"),
