@@ -363,6 +363,10 @@ async fn serve(s: Settings) -> Result<(), String> {
     let stop = CancellationToken::new();
     let election = s.lease.is_some();
     if let Some(lease) = s.lease {
+        // Under election a replica is a standby until the lease says otherwise.
+        bridge
+            .leader_flag()
+            .store(false, std::sync::atomic::Ordering::Release);
         tokio::spawn(leader::run(
             client,
             lease,
