@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KEvent, EventType};
 use kube::{Api, Resource, ResourceExt};
@@ -21,7 +21,7 @@ use super::runtime::Ctx;
 use super::task_sets::{
     ENV_FINALIZER, SetProblem, build_task, collect_tasks, task_up_to_date, tasks_sha256,
 };
-use super::{Error, FIELD_MANAGER, Result};
+use super::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
 use crate::crd::{Environment, EnvironmentStatus, Task, TaskSet, labels};
 use crate::state::State;
 
@@ -385,22 +385,6 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     s[..end].to_string()
-}
-
-async fn delete_ignore_missing<K>(
-    api: &Api<K>,
-    name: &str,
-    kind: &'static str,
-    ns: &str,
-) -> Result<()>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
-        Err(e) => Err(Error::kube("delete", kind, ns, name, e)),
-    }
 }
 
 /// Deletes the environment's Tasks and waits until they, their Pods and Services are gone.

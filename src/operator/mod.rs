@@ -64,3 +64,23 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Delete `name` (background propagation); an object already gone is success.
+pub(crate) async fn delete_ignore_missing<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    kind: &'static str,
+    ns: &str,
+) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api
+        .delete(name, &kube::api::DeleteParams::background())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(e) => Err(Error::kube("delete", kind, ns, name, e)),
+    }
+}

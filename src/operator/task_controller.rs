@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
@@ -22,7 +22,7 @@ use super::pod_status::observe;
 use super::runtime::Ctx;
 use super::service::{build_service, service_matches};
 use super::task_sets::TASK_FINALIZER;
-use super::{Error, FIELD_MANAGER, Result};
+use super::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
 use crate::crd::{Task, TaskStatus, TransitionPhase, TransitionStatus};
 use crate::plan::ControlMode;
 use crate::state::{Event, State, next};
@@ -519,22 +519,6 @@ async fn write_status(ctx: &Ctx, task: &Task, st: &TaskStatus) -> Result<()> {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
         Err(e) => Err(Error::kube("patch status of", "Task", &ns, &name, e)),
-    }
-}
-
-async fn delete_ignore_missing<K>(
-    api: &Api<K>,
-    name: &str,
-    kind: &'static str,
-    ns: &str,
-) -> Result<()>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
-        Err(e) => Err(Error::kube("delete", kind, ns, name, e)),
     }
 }
 
