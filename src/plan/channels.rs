@@ -151,26 +151,30 @@ fn channel_keys(
     address: &str,
     transport: Option<&str>,
 ) {
-    let p = format!("chans.{}", c.name);
-    out.insert(format!("{p}.numSockets"), "1".into());
-    out.insert(format!("{p}.0.address"), address.into());
-    out.insert(format!("{p}.0.method"), method.into());
-    out.insert(format!("{p}.0.type"), c.r#type.clone());
+    // `chans.<name><suffix>`, built without the formatting machinery (8 keys per channel).
+    let key = |suffix: &str| {
+        let mut k = String::with_capacity(6 + c.name.len() + suffix.len());
+        k.push_str("chans.");
+        k.push_str(&c.name);
+        k.push_str(suffix);
+        k
+    };
+    out.insert(key(".numSockets"), "1".into());
+    out.insert(key(".0.address"), address.into());
+    out.insert(key(".0.method"), method.into());
+    out.insert(key(".0.type"), c.r#type.clone());
+    out.insert(key(".0.transport"), transport.unwrap_or("default").into());
     out.insert(
-        format!("{p}.0.transport"),
-        transport.unwrap_or("default").into(),
+        key(".0.sndBufSize"),
+        c.snd_buf_size.as_deref().unwrap_or(DEFAULT_BUF).into(),
     );
     out.insert(
-        format!("{p}.0.sndBufSize"),
-        c.snd_buf_size.clone().unwrap_or_else(|| DEFAULT_BUF.into()),
+        key(".0.rcvBufSize"),
+        c.rcv_buf_size.as_deref().unwrap_or(DEFAULT_BUF).into(),
     );
     out.insert(
-        format!("{p}.0.rcvBufSize"),
-        c.rcv_buf_size.clone().unwrap_or_else(|| DEFAULT_BUF.into()),
-    );
-    out.insert(
-        format!("{p}.0.rateLogging"),
-        c.rate_logging.clone().unwrap_or_else(|| "0".into()),
+        key(".0.rateLogging"),
+        c.rate_logging.as_deref().unwrap_or("0").into(),
     );
 }
 

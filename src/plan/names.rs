@@ -13,8 +13,18 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-fn hash_of(parts: &[&str]) -> String {
-    sha256_hex(parts.join("\0").as_bytes())
+/// The first `hex_len` hex digits (even) of the SHA-256 of `parts` joined by NUL bytes
+/// (hashed piecewise: no joined copy, no digits that are cut off anyway).
+fn hash_of(parts: &[&str], hex_len: usize) -> String {
+    let mut h = Sha256::new();
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            h.update(b"\0");
+        }
+        h.update(p.as_bytes());
+    }
+    let digest = h.finalize();
+    hex::encode(&digest[..(hex_len / 2).min(digest.len())])
 }
 
 /// Lowercase, `[a-z0-9-]` only, no leading/trailing `-`, runs of `-` collapsed.
@@ -47,7 +57,7 @@ pub fn environment_name(env_id: &str) -> String {
     if base == env_id && !base.is_empty() {
         return base;
     }
-    let h = &hash_of(&["env", env_id])[..8];
+    let h = &hash_of(&["env", env_id], 8);
     let base = dns_label(&base, ENV_NAME_MAX - 9);
     if base.is_empty() {
         format!("env-{h}")
@@ -60,7 +70,7 @@ pub fn environment_name(env_id: &str) -> String {
 /// so names are unique across environments and for several tasks of one class on one node.
 pub fn task_name(env_id: &str, path: &str, class: &str, node: &str) -> String {
     let host = node.split('.').next().unwrap_or(node);
-    let h = &hash_of(&["task", env_id, path])[..10];
+    let h = &hash_of(&["task", env_id, path], 10);
     let stem = dns_label(&format!("{class}-{host}"), DNS_LABEL_MAX - 11);
     if stem.is_empty() {
         format!("t-{h}")
@@ -78,7 +88,7 @@ pub fn task_id(env_id: &str, path: &str) -> String {
 pub fn ipc_address(env_id: &str, path: &str, channel: &str) -> String {
     format!(
         "ipc://@eb-{}",
-        &hash_of(&["ipc", env_id, path, channel])[..20]
+        &hash_of(&["ipc", env_id, path, channel], 20)
     )
 }
 

@@ -25,7 +25,10 @@ impl<'r> PortBook<'r> {
     /// The lowest port of `range` free on `node`, now taken; `None` when the range is exhausted.
     pub fn take(&mut self, node: &str, range: &RangeInclusive<u16>) -> Option<u16> {
         let reserved = self.reserved.and_then(|r| r.get(node));
-        let used = self.used.entry(node.to_string()).or_default();
+        if !self.used.contains_key(node) {
+            self.used.insert(node.to_string(), BTreeSet::new());
+        }
+        let used = self.used.get_mut(node)?;
         let port = range
             .clone()
             .find(|p| !used.contains(p) && !reserved.is_some_and(|r| r.contains(p)))?;

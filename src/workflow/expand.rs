@@ -221,8 +221,14 @@ impl<'e> Expander<'e> {
         };
         let mut out = Vec::new();
         for iter in items {
-            let tmp = with_own(parent, &parent_path, iter.as_ref());
-            let name = self.scope(&tmp, &parent_path).eval_here(&role.name)?;
+            // A literal name (most roles) needs no scope.
+            let name = match role.name.as_literal() {
+                Some(lit) => lit.to_string(),
+                None => {
+                    let tmp = with_own(parent, &parent_path, iter.as_ref());
+                    self.scope(&tmp, &parent_path).eval_here(&role.name)?
+                }
+            };
             check_role_name(&name, &role.name.loc)?;
             let path: Arc<str> = match &parent.path {
                 Some(p) => Arc::from(format!("{p}.{name}")),
@@ -275,8 +281,10 @@ impl<'e> Expander<'e> {
                 }
             }
             RoleKind::Task(spec) => {
-                let scope = self.scope(ctx, &path);
-                let id = scope.eval_here(&spec.load)?;
+                let id = match spec.load.as_literal() {
+                    Some(lit) => lit.to_string(),
+                    None => self.scope(ctx, &path).eval_here(&spec.load)?,
+                };
                 let class = self.class(&id, &spec.load.loc)?;
                 let own = |chs: &[Channel]| chs.iter().map(|c| (c.clone(), path.clone())).collect();
                 self.tasks.push(TaskInstance {

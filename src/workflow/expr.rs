@@ -7,8 +7,9 @@
 //!
 //! Safety: expressions are bounded in size and nesting BEFORE the parser sees them (the parser
 //! is recursive), and parsing and execution run under `catch_unwind`. Compiled programs are
-//! cached by source text; pure expressions (no `Parent`, `Up`, `uid.New`) are memoised by the
-//! values of the variables they name, since most tasks of a class evaluate the same thing.
+//! cached by source identity (the shared text of a template: one lookup by address per use,
+//! by text only the first time); pure expressions (no `Parent`, `Up`, `uid.New`) are memoised
+//! by the values of the variables they name, since most tasks of a class evaluate the same thing.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -23,6 +24,7 @@ use cel::{Context, ExecutionError, FunctionContext, Program, Value};
 use sha2::{Digest, Sha256};
 
 use super::error::{Error, Loc, Result};
+use super::model::FastMap;
 use super::template::MAX_EXPR_LEN;
 
 /// Deepest bracket nesting accepted in an expression.
@@ -43,7 +45,50 @@ pub struct CallSite {
     /// Role path the value was written at (a task's own path for class values).
     pub role_path: Arc<str>,
     /// Seed for `uid.New()`: environment id, task path and the expression's location.
-    pub uid_seed: String,
+    pub uid_seed: UidSeed,
+}
+
+/// What `uid.New()` hashes; formatted only when `uid.New()` runs.
+#[derive(Clone, Debug)]
+pub enum UidSeed {
+    Text(String),
+    /// The environment id, the path of the task (or role) evaluating, and where the expression
+    /// was written (the file's name, not its path: output must not depend on where the
+    /// manifests are checked out).
+    At {
+        environment_id: Arc<str>,
+        home: Arc<str>,
+        loc: Loc,
+    },
+}
+
+impl From<&str> for UidSeed {
+    fn from(s: &str) -> Self {
+        UidSeed::Text(s.to_string())
+    }
+}
+
+impl UidSeed {
+    pub fn text(&self) -> String {
+        match self {
+            UidSeed::Text(s) => s.clone(),
+            UidSeed::At {
+                environment_id,
+                home,
+                loc,
+            } => format!(
+                "{environment_id}\0{home}\0{}:{}:{}",
+                file_name(&loc.file),
+                loc.line,
+                loc.col
+            ),
+        }
+    }
+}
+
+/// The last component of a path as written (`a/b/c.yaml` -> `c.yaml`).
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// Answers variable lookups during evaluation. `Ok(None)` means undefined.
@@ -63,6 +108,9 @@ struct Compiled {
 /// (compiled expression id, values of the variables it names).
 type MemoKey = (usize, Vec<Arc<str>>);
 
+/// Address of a source text -> (that text, kept alive; its program).
+type ByAddr = FastMap<usize, (Arc<str>, Rc<Compiled>)>;
+
 thread_local! {
     static CALL_SITES: RefCell<Vec<CallSite>> = const { RefCell::new(Vec::new()) };
 }
@@ -71,7 +119,10 @@ thread_local! {
 pub struct Engine {
     root: Context<'static, 'static>,
     compiled: RefCell<HashMap<Arc<str>, Rc<Compiled>>>,
-    memo: RefCell<HashMap<MemoKey, Arc<str>>>,
+    /// By the address of the source's shared text; the entry holds that `Arc`, so the address
+    /// cannot be reused by another text while the engine lives.
+    by_addr: RefCell<ByAddr>,
+    memo: RefCell<FastMap<MemoKey, Arc<str>>>,
 }
 
 impl Default for Engine {
@@ -95,11 +146,24 @@ impl Engine {
         Engine {
             root,
             compiled: RefCell::new(HashMap::new()),
-            memo: RefCell::new(HashMap::new()),
+            by_addr: RefCell::default(),
+            memo: RefCell::default(),
         }
     }
 
     fn compile(&self, src: &Arc<str>, loc: &Loc) -> Result<Rc<Compiled>> {
+        let addr = Arc::as_ptr(src).cast::<u8>() as usize;
+        if let Some((_, c)) = self.by_addr.borrow().get(&addr) {
+            return Ok(c.clone());
+        }
+        let c = self.compile_text(src, loc)?;
+        self.by_addr
+            .borrow_mut()
+            .insert(addr, (src.clone(), c.clone()));
+        Ok(c)
+    }
+
+    fn compile_text(&self, src: &Arc<str>, loc: &Loc) -> Result<Rc<Compiled>> {
         if let Some(c) = self.compiled.borrow().get(src) {
             return Ok(c.clone());
         }
@@ -163,31 +227,51 @@ impl Engine {
         lookup: &dyn Lookup,
         site: &CallSite,
     ) -> Result<String> {
+        let mut out = String::new();
+        self.eval_into(src, loc, lookup, || site.clone(), &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Engine::eval`], appending to `out`; the call site is only built when the program runs
+    /// (a memoised result needs none).
+    pub fn eval_into(
+        &self,
+        src: &Arc<str>,
+        loc: &Loc,
+        lookup: &dyn Lookup,
+        site: impl FnOnce() -> CallSite,
+        out: &mut String,
+    ) -> Result<()> {
         let c = self.compile(src, loc)?;
         let values: Vec<Result<Option<Arc<str>>>> =
             c.vars.iter().map(|v| lookup.lookup(v)).collect();
-        let complete: Option<Vec<Arc<str>>> = values
-            .iter()
-            .map(|v| v.as_ref().ok().and_then(|o| o.clone()))
-            .collect();
-        let key = match (c.pure, complete) {
-            (true, Some(vals)) => {
+        let complete: Option<Vec<Arc<str>>> = match c.pure {
+            true => values
+                .iter()
+                .map(|v| v.as_ref().ok().and_then(|o| o.clone()))
+                .collect(),
+            false => None,
+        };
+        let key = match complete {
+            Some(vals) => {
                 let key = (c.id, vals);
                 if let Some(hit) = self.memo.borrow().get(&key) {
-                    return Ok(hit.to_string());
+                    out.push_str(hit);
+                    return Ok(());
                 }
                 Some(key)
             }
-            _ => None,
+            None => None,
         };
-        let out = self.run(&c, src, loc, &values, site)?;
+        let text = self.run(&c, src, loc, &values, &site())?;
+        out.push_str(&text);
         if let Some(key) = key {
             let mut memo = self.memo.borrow_mut();
             if memo.len() < MEMO_LIMIT {
-                memo.insert(key, Arc::from(out.as_str()));
+                memo.insert(key, Arc::from(text));
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     fn run(
@@ -444,7 +528,7 @@ fn current_site() -> Option<CallSite> {
 fn uid_new(_ftx: &FunctionContext) -> std::result::Result<Value, ExecutionError> {
     let site =
         current_site().ok_or_else(|| ExecutionError::function_error("uid.New", "no context"))?;
-    Ok(Value::String(Arc::new(short_id(&site.uid_seed))))
+    Ok(Value::String(Arc::new(short_id(&site.uid_seed.text()))))
 }
 
 fn up(_ftx: &FunctionContext, n: i64) -> std::result::Result<Value, ExecutionError> {

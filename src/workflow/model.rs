@@ -6,18 +6,22 @@ use std::sync::Arc;
 use super::error::Loc;
 use super::template::Template;
 
+/// A hash map with a fast, fixed-seed hasher: the cascade looks names up for every value of
+/// every task, and SipHash's DoS resistance buys nothing on our own input files.
+pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
 /// Variables written in one place (a class's `defaults`, a role's `vars`, a site profile...).
 /// Keyed by name; where names repeat, the later one wins.
 #[derive(Clone, Debug, Default)]
 pub struct VarBlock {
     /// Shared: blocks are referenced by every task's cascade, never copied.
-    pub vars: Arc<HashMap<Arc<str>, Template>>,
+    pub vars: Arc<FastMap<Arc<str>, Template>>,
 }
 
 impl VarBlock {
     pub fn from_map(vars: HashMap<Arc<str>, Template>) -> Self {
         VarBlock {
-            vars: Arc::new(vars),
+            vars: Arc::new(vars.into_iter().collect()),
         }
     }
 

@@ -6,12 +6,11 @@
 //! (`user: "{{ user }}-x"`) reads the next lower definition; other cycles are errors.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::error::{Error, Result};
-use super::expr::{CallSite, Engine, Lookup, MAX_VALUE};
-use super::model::VarBlock;
+use super::expr::{CallSite, Engine, Lookup, MAX_VALUE, UidSeed};
+use super::model::{FastMap, VarBlock};
 use super::template::{Part, Template};
 
 /// Longest chain of variables evaluating each other.
@@ -41,8 +40,9 @@ pub struct Builtins {
     pub task_hostname: Option<Arc<str>>,
 }
 
-/// A variable name and the layer its definition comes from.
-type VarKey = (Arc<str>, usize);
+/// One definition (a name in one layer): the address of its template, which the layer owns
+/// for the scope's whole life, and the layer. Cheaper to hash than the name, no allocation.
+type VarKey = (usize, usize);
 
 pub struct Scope<'e> {
     engine: &'e Engine,
@@ -50,8 +50,9 @@ pub struct Scope<'e> {
     builtins: Builtins,
     /// The role (or task) path evaluating: `Parent()` for values without a place of their own.
     home: Arc<str>,
-    memo: RefCell<HashMap<VarKey, Arc<str>>>,
-    active: RefCell<Vec<VarKey>>,
+    memo: RefCell<FastMap<VarKey, Arc<str>>>,
+    /// Definitions being evaluated (with their names, for the cycle message).
+    active: RefCell<Vec<(VarKey, Arc<str>)>>,
 }
 
 impl<'e> Scope<'e> {
@@ -96,18 +97,18 @@ impl<'e> Scope<'e> {
             .iter()
             .enumerate()
             .rev()
-            .find_map(|(i, l)| l.block.get(name).map(|t| (i, l, t)));
-        let Some((level, layer, tmpl)) = found else {
+            .find_map(|(i, l)| l.block.vars.get_key_value(name).map(|(k, t)| (i, l, k, t)));
+        let Some((level, layer, var_name, tmpl)) = found else {
             return Ok(None);
         };
-        let key: (Arc<str>, usize) = (Arc::from(name), level);
+        let key: VarKey = (std::ptr::from_ref(tmpl) as usize, level);
         if let Some(v) = self.memo.borrow().get(&key) {
             return Ok(Some(v.clone()));
         }
         {
             let active = self.active.borrow();
-            if active.contains(&key) {
-                let chain: Vec<&str> = active.iter().map(|(n, _)| &**n).collect();
+            if active.iter().any(|(k, _)| *k == key) {
+                let chain: Vec<&str> = active.iter().map(|(_, n)| &**n).collect();
                 return Err(Error::new(
                     &tmpl.loc,
                     format!(
@@ -123,13 +124,40 @@ impl<'e> Scope<'e> {
                 ));
             }
         }
-        self.active.borrow_mut().push(key.clone());
-        let at = layer.at.clone().unwrap_or_else(|| self.home.clone());
-        let out = self.eval_in(tmpl, &at, Some((name, level)));
+        // A literal needs no evaluation and no copy: its shared text is the value.
+        if let Some(lit) = tmpl.as_shared_literal() {
+            self.memo.borrow_mut().insert(key, lit.clone());
+            return Ok(Some(lit.clone()));
+        }
+        self.active.borrow_mut().push((key, var_name.clone()));
+        let at = layer.at.as_ref().unwrap_or(&self.home);
+        let out = self.eval_shared(tmpl, at, Some((name, level)));
         self.active.borrow_mut().pop();
-        let value: Arc<str> = Arc::from(out?);
+        let value = out?;
         self.memo.borrow_mut().insert(key, value.clone());
         Ok(Some(value))
+    }
+
+    /// [`Scope::eval_in`] as a shared string: a value that is just another variable
+    /// (`{{ name }}`) is that variable's value, not a copy.
+    fn eval_shared(
+        &self,
+        tmpl: &Template,
+        at: &Arc<str>,
+        own: Option<(&str, usize)>,
+    ) -> Result<Arc<str>> {
+        if let [Part::Var { name, loc }] = &*tmpl.parts {
+            let lookup = ScopeLookup { scope: self, own };
+            return match lookup.lookup(name)? {
+                Some(v) if v.len() > MAX_VALUE => Err(Error::new(
+                    &tmpl.loc,
+                    format!("value longer than {MAX_VALUE} bytes"),
+                )),
+                Some(v) => Ok(v),
+                None => Err(Error::new(loc, format!("unknown variable `{name}`"))),
+            };
+        }
+        self.eval_in(tmpl, at, own).map(Arc::from)
     }
 
     /// Evaluates a template written at role `at` (a class's values: the task's own path).
@@ -153,7 +181,7 @@ impl<'e> Scope<'e> {
         }
         let lookup = ScopeLookup { scope: self, own };
         let mut out = String::new();
-        for part in &tmpl.parts {
+        for part in tmpl.parts.iter() {
             match part {
                 Part::Text(t) => out.push_str(t),
                 Part::Var { name, loc } => match lookup.lookup(name)? {
@@ -161,20 +189,15 @@ impl<'e> Scope<'e> {
                     None => return Err(Error::new(loc, format!("unknown variable `{name}`"))),
                 },
                 Part::Expr { src, loc } => {
-                    let site = CallSite {
+                    let site = || CallSite {
                         role_path: at.clone(),
-                        // The file's name, not its path: output must not depend on
-                        // where the manifests are checked out.
-                        uid_seed: format!(
-                            "{}\0{}\0{}:{}:{}",
-                            self.builtins.environment_id,
-                            self.home,
-                            file_name(&loc.file),
-                            loc.line,
-                            loc.col
-                        ),
+                        uid_seed: UidSeed::At {
+                            environment_id: self.builtins.environment_id.clone(),
+                            home: self.home.clone(),
+                            loc: loc.clone(),
+                        },
                     };
-                    out.push_str(&self.engine.eval(src, loc, &lookup, &site)?);
+                    self.engine.eval_into(src, loc, &lookup, site, &mut out)?;
                 }
             }
             if out.len() > MAX_VALUE {
@@ -200,11 +223,6 @@ impl Lookup for ScopeLookup<'_, '_> {
             _ => self.scope.var(name),
         }
     }
-}
-
-/// The last component of a path as written (`a/b/c.yaml` -> `c.yaml`).
-fn file_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 #[cfg(test)]

@@ -26,7 +26,8 @@ pub enum Part {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Template {
     pub loc: Loc,
-    pub parts: Vec<Part>,
+    /// Shared: a template is cloned into every task instance of its role, never copied.
+    pub parts: Arc<[Part]>,
 }
 
 impl Template {
@@ -34,14 +35,22 @@ impl Template {
     pub fn literal(loc: &Loc, text: &str) -> Self {
         Template {
             loc: loc.clone(),
-            parts: vec![Part::Text(Arc::from(text))],
+            parts: Arc::new([Part::Text(Arc::from(text))]),
         }
     }
 
     /// The text when it holds no expression.
     pub fn as_literal(&self) -> Option<&str> {
-        match self.parts.as_slice() {
+        match &*self.parts {
             [] => Some(""),
+            [Part::Text(t)] => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The shared text when it is one literal part (no copy).
+    pub fn as_shared_literal(&self) -> Option<&Arc<str>> {
+        match &*self.parts {
             [Part::Text(t)] => Some(t),
             _ => None,
         }
@@ -117,7 +126,7 @@ pub fn parse(text: &str, loc: &Loc, inner_loc: &dyn Fn(usize) -> Loc) -> Result<
     }
     Ok(Template {
         loc: loc.clone(),
-        parts,
+        parts: parts.into(),
     })
 }
 
