@@ -5,13 +5,14 @@
 //! port of the node from the TCP range and binds `tcp://*:PORT`; the connecting side dials
 //! `tcp://<node>:PORT`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
 use super::names;
 use super::ports::PortBook;
 use super::resolve::{EvalChannel, ResolvedTask};
 use crate::workflow::error::{Error, Loc, Result};
+use crate::workflow::model::FastMap;
 
 const DEFAULT_BUF: &str = "1000";
 
@@ -28,8 +29,8 @@ pub fn wire(
     book: &mut PortBook,
     tcp_ports: &RangeInclusive<u16>,
 ) -> Result<Vec<BTreeMap<String, String>>> {
-    let mut bound: HashMap<String, Bound> = HashMap::new();
-    let mut aliases: HashMap<String, (String, Loc)> = HashMap::new();
+    let mut bound: FastMap<String, Bound> = FastMap::default();
+    let mut aliases: FastMap<String, (String, Loc)> = FastMap::default();
     let mut out: Vec<BTreeMap<String, String>> = vec![BTreeMap::new(); tasks.len()];
     for (i, t) in tasks.iter().enumerate() {
         for c in &t.bind {

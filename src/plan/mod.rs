@@ -31,6 +31,8 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use foldhash::fast::FixedState;
+
 pub use objects::Rendered;
 pub use task_ref::{ControlMode, EnvVar, TaskRef};
 pub use view::{TaskView, tasks_json};
@@ -167,21 +169,29 @@ pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
     let chans = channels::wire(&env_id, &resolved, &mut book, &req.tcp_ports)?;
 
     let mut tasks = Vec::with_capacity(resolved.len());
-    let mut names_seen = HashSet::new();
-    let mut ids_seen = HashSet::new();
+    let mut locs = Vec::with_capacity(resolved.len());
     for ((t, port), channels) in resolved.into_iter().zip(control).zip(chans) {
         let name = names::task_name(&env_id, &t.path, &t.class, &t.node);
         let id = names::task_id(&env_id, &t.path);
-        if !names_seen.insert(name.clone()) || !ids_seen.insert(id.clone()) {
+        locs.push(t.loc.clone());
+        tasks.push(task_ref(t, port, channels, name, id, &req.system));
+    }
+    // Names and ids are checked once all are made (borrowed, not copied); the first task
+    // whose name or id is taken is reported, as before.
+    let mut names_seen: HashSet<&str, FixedState> =
+        HashSet::with_capacity_and_hasher(tasks.len(), FixedState::default());
+    let mut ids_seen: HashSet<&str, FixedState> =
+        HashSet::with_capacity_and_hasher(tasks.len(), FixedState::default());
+    for (t, loc) in tasks.iter().zip(&locs) {
+        if !names_seen.insert(&t.name) || !ids_seen.insert(&t.id) {
             return Err(Error::new(
-                &t.loc,
+                loc,
                 format!(
-                    "task `{}` gets a name or id already taken: `{name}`",
-                    t.path
+                    "task `{}` gets a name or id already taken: `{}`",
+                    t.path, t.name
                 ),
             ));
         }
-        tasks.push(task_ref(t, port, channels, name, id, &req.system));
     }
     Ok(Plan {
         environment_name: names::environment_name(&env_id),

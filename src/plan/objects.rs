@@ -54,11 +54,17 @@ pub fn objects(plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
     let env_name = plan.environment_name.clone();
     // Each task is serialized once: its size decides the packing, and a set's JSON array is the
     // concatenation (`[a,b,...]` is exactly what serde_json writes for the Vec), hashed as is.
-    let json: Vec<Vec<u8>> = plan
-        .tasks
-        .iter()
-        .map(|t| serde_json::to_vec(t).unwrap_or_default())
-        .collect();
+    // All into one buffer: one allocation instead of one per task.
+    let mut buf: Vec<u8> = Vec::with_capacity(plan.tasks.len() * 1024);
+    let mut spans = Vec::with_capacity(plan.tasks.len());
+    for t in &plan.tasks {
+        let start = buf.len();
+        if serde_json::to_writer(&mut buf, t).is_err() {
+            buf.truncate(start);
+        }
+        spans.push(start..buf.len());
+    }
+    let json: Vec<&[u8]> = spans.into_iter().map(|r| &buf[r]).collect();
     let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
     let (mut start, mut size) = (0usize, 0usize);
     let tasks = &plan.tasks;

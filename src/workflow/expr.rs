@@ -103,6 +103,49 @@ struct Compiled {
     vars: Vec<String>,
     /// No context-dependent functions: the result depends only on `vars`' values.
     pure: bool,
+    /// The whole expression is one of the context functions most workflows use per task.
+    shortcut: Option<Shortcut>,
+}
+
+/// Expressions computed without running the program (same result; where the program would
+/// fail, it runs, so that the error is its own).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Shortcut {
+    /// `uid.New()`
+    UidNew,
+    /// `Parent().Path` (1) or `Up(n).Path`
+    UpPath(usize),
+}
+
+impl Shortcut {
+    fn of(src: &str) -> Option<Self> {
+        let compact: String = src.chars().filter(|c| !c.is_whitespace()).collect();
+        if compact == "uid.New()" {
+            return Some(Shortcut::UidNew);
+        }
+        if compact == "Parent().Path" {
+            return Some(Shortcut::UpPath(1));
+        }
+        let digits = compact.strip_prefix("Up(")?.strip_suffix(").Path")?;
+        let plain = !digits.is_empty()
+            && digits.len() <= 6
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && (digits == "0" || !digits.starts_with('0'));
+        plain
+            .then(|| digits.parse().ok().map(Shortcut::UpPath))
+            .flatten()
+    }
+
+    /// The value, or `None` where the program must run (it then reports its own error).
+    fn value(self, site: &CallSite) -> Option<String> {
+        match self {
+            Shortcut::UidNew => Some(short_id(&site.uid_seed.text())),
+            Shortcut::UpPath(n) => {
+                let path = ancestor(&site.role_path, n)?;
+                (path.len() <= MAX_VALUE).then_some(path)
+            }
+        }
+    }
 }
 
 /// (compiled expression id, values of the variables it names).
@@ -205,11 +248,16 @@ impl Engine {
             .iter()
             .any(|f| matches!(*f, "Parent" | "Up" | "New"));
         let id = self.compiled.borrow().len();
+        let shortcut = match vars.is_empty() {
+            true => Shortcut::of(src),
+            false => None,
+        };
         let c = Rc::new(Compiled {
             id,
             program,
             vars,
             pure,
+            shortcut,
         });
         self.compiled.borrow_mut().insert(src.clone(), c.clone());
         Ok(c)
@@ -243,6 +291,16 @@ impl Engine {
         out: &mut String,
     ) -> Result<()> {
         let c = self.compile(src, loc)?;
+        if let Some(sc) = c.shortcut {
+            let site = site();
+            if let Some(v) = sc.value(&site) {
+                out.push_str(&v);
+                return Ok(());
+            }
+            let text = self.run(&c, src, loc, &[], &site)?;
+            out.push_str(&text);
+            return Ok(());
+        }
         let values: Vec<Result<Option<Arc<str>>>> =
             c.vars.iter().map(|v| lookup.lookup(v)).collect();
         let complete: Option<Vec<Arc<str>>> = match c.pure {
@@ -533,19 +591,26 @@ fn uid_new(_ftx: &FunctionContext) -> std::result::Result<Value, ExecutionError>
 
 fn up(_ftx: &FunctionContext, n: i64) -> std::result::Result<Value, ExecutionError> {
     let site = current_site().ok_or_else(|| ExecutionError::function_error("Up", "no context"))?;
-    let segments: Vec<&str> = site.role_path.split('.').collect();
     let n =
         usize::try_from(n).map_err(|_| ExecutionError::function_error("Up", "negative level"))?;
-    if n >= segments.len() {
-        return Err(ExecutionError::function_error(
+    let path = ancestor(&site.role_path, n).ok_or_else(|| {
+        ExecutionError::function_error(
             "Up",
             format!("role `{}` has no ancestor {n} levels up", site.role_path),
-        ));
-    }
-    let path = segments[..segments.len() - n].join(".");
+        )
+    })?;
     let mut map: HashMap<String, Value> = HashMap::new();
     map.insert("Path".to_string(), Value::String(Arc::new(path)));
     Ok(Value::Map(Map::from(map)))
+}
+
+/// The path `n` levels above `role_path` (`None`: there is none).
+fn ancestor(role_path: &str, n: usize) -> Option<String> {
+    let segments: Vec<&str> = role_path.split('.').collect();
+    if n >= segments.len() {
+        return None;
+    }
+    Some(segments[..segments.len() - n].join("."))
 }
 
 /// A short lowercase id (base32 of SHA-256), stable for one seed: what `uid.New()` gives.
@@ -615,6 +680,43 @@ mod tests {
             eval("uid.New()", &v).unwrap(),
             eval("uid.New()", &v).unwrap()
         );
+    }
+
+    #[test]
+    fn shortcuts_match_the_program() {
+        let engine = Engine::new();
+        let f: Arc<str> = Arc::from("t.yaml");
+        let loc = Loc::new(&f, 1, 1);
+        for path in ["w.host-a.chain0.stfb", "w", ""] {
+            let site = CallSite {
+                role_path: Arc::from(path),
+                uid_seed: "seed".into(),
+            };
+            for src in [
+                "uid.New()",
+                "Parent().Path",
+                " Parent( ) . Path ",
+                "Up(0).Path",
+                "Up(2).Path",
+                "Up(9).Path",
+            ] {
+                let c = engine.compile(&Arc::from(src), &loc).unwrap();
+                let sc = c.shortcut.expect(src);
+                let by_program = engine.run(&c, src, &loc, &[], &site);
+                match sc.value(&site) {
+                    Some(v) => assert_eq!(v, by_program.unwrap(), "{src} at {path:?}"),
+                    None => assert!(by_program.is_err(), "{src} at {path:?}"),
+                }
+            }
+        }
+        for src in [
+            "Up(01).Path",
+            "Up(-1).Path",
+            "Parent().Path + ''",
+            "uid.New() + x",
+        ] {
+            assert_eq!(Shortcut::of(src), None, "{src}");
+        }
     }
 
     #[test]

@@ -63,7 +63,8 @@ impl<'e> Scope<'e> {
             layers,
             builtins,
             home,
-            memo: RefCell::default(),
+            // A task reads a few dozen variables: one allocation, no rehashing.
+            memo: RefCell::new(FastMap::with_capacity_and_hasher(32, Default::default())),
             active: RefCell::default(),
         }
     }
