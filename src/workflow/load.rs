@@ -310,18 +310,27 @@ fn opt_tmpl(node: Option<&&Node>) -> Result<Option<Template>> {
     node.map(|n| Template::from_node(n)).transpose()
 }
 
-fn tmpl_list(node: Option<&&Node>) -> Result<Vec<Template>> {
-    match node {
-        None => Ok(Vec::new()),
-        Some(n) => match &n.kind {
-            Kind::Null => Ok(Vec::new()),
-            Kind::Seq(items) => items.iter().map(Template::from_node).collect(),
-            _ => Err(Error::new(
-                &n.loc,
-                format!("expected a list, found {}", n.kind_name()),
-            )),
-        },
+/// The items of an optional list field (none when absent or null); `what` names the
+/// expected list in the error (`a list of channels`).
+fn items<'a>(node: Option<&&'a Node>, what: &str) -> Result<&'a [Node]> {
+    let Some(node) = node else {
+        return Ok(&[]);
+    };
+    match &node.kind {
+        Kind::Null => Ok(&[]),
+        Kind::Seq(items) => Ok(items),
+        _ => Err(Error::new(
+            &node.loc,
+            format!("expected {what}, found {}", node.kind_name()),
+        )),
     }
+}
+
+fn tmpl_list(node: Option<&&Node>) -> Result<Vec<Template>> {
+    items(node, "a list")?
+        .iter()
+        .map(Template::from_node)
+        .collect()
 }
 
 /// `defaults:` / `vars:` / a site profile. A value may be a mapping with `value:` (the anchor's
@@ -393,20 +402,7 @@ fn var_value(v: &Node) -> Result<Template> {
 }
 
 fn channels(node: Option<&&Node>) -> Result<Vec<Channel>> {
-    let Some(node) = node else {
-        return Ok(Vec::new());
-    };
-    let items = match &node.kind {
-        Kind::Null => return Ok(Vec::new()),
-        Kind::Seq(items) => items,
-        _ => {
-            return Err(Error::new(
-                &node.loc,
-                format!("expected a list of channels, found {}", node.kind_name()),
-            ));
-        }
-    };
-    items
+    items(node, "a list of channels")?
         .iter()
         .map(|c| {
             let f = fields(c, "a channel", CHANNEL_FIELDS)?;
@@ -431,20 +427,7 @@ fn channels(node: Option<&&Node>) -> Result<Vec<Channel>> {
 }
 
 fn constraints(node: Option<&&Node>) -> Result<Vec<Constraint>> {
-    let Some(node) = node else {
-        return Ok(Vec::new());
-    };
-    let items = match &node.kind {
-        Kind::Null => return Ok(Vec::new()),
-        Kind::Seq(items) => items,
-        _ => {
-            return Err(Error::new(
-                &node.loc,
-                format!("expected a list of constraints, found {}", node.kind_name()),
-            ));
-        }
-    };
-    items
+    items(node, "a list of constraints")?
         .iter()
         .map(|c| {
             let f = fields(c, "a constraint", &["attribute", "value"])?;

@@ -181,7 +181,16 @@ impl<'e> Scope<'e> {
             return Ok(lit.to_string());
         }
         let lookup = ScopeLookup { scope: self, own };
-        let mut out = String::new();
+        // Room for the text and a short value per expression: most values fit without growing.
+        let room: usize = tmpl
+            .parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => t.len(),
+                _ => 32,
+            })
+            .sum();
+        let mut out = String::with_capacity(room);
         for part in tmpl.parts.iter() {
             match part {
                 Part::Text(t) => out.push_str(t),
