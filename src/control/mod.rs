@@ -3,13 +3,16 @@
 //! multi-step sequences, and the task simulator.
 //!
 //! Pure parts: [`fairmq`] (sequences, state mapping), [`wire`] (paths, content types),
-//! [`sim::config`] and [`sim::machine`], [`log_resume`]. I/O: [`client`], [`sim::server`].
+//! [`sim::config`] and [`sim::machine`], [`log_resume`]. I/O: [`client`], [`sim::server`],
+//! [`log_stream`] and [`log_targets`] (the Kubernetes edge of `envbridge logs`).
 
 pub mod client;
 pub mod error;
 pub mod fairmq;
 pub mod json;
 pub mod log_resume;
+pub mod log_stream;
+pub mod log_targets;
 pub mod pb;
 pub mod sim;
 pub mod wire;
