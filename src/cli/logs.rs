@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use envbridge::control::log_resume::FollowOptions;
 use envbridge::control::log_stream::{PodLog, TaskLog, follow_tasks, format_line};
-use envbridge::control::log_targets::{TargetError, find_environment, find_targets};
+use envbridge::control::log_targets::{find_environment, find_targets};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -89,17 +89,19 @@ async fn logs(a: LogsArgs) -> Result<ExitCode, String> {
     let targets = find_targets(&client, &env, a.task.as_deref())
         .await
         .map_err(|e| e.to_string())?;
+    if targets.ready.is_empty() && a.task.is_some() {
+        // The one task asked for: its reason is the error.
+        if let Some(e) = targets.not_started.first() {
+            return Err(e.to_string());
+        }
+    }
     let mut failed = false;
     for e in &targets.not_started {
         eprintln!("envbridge logs: {e}");
         failed = true;
     }
     if targets.ready.is_empty() {
-        return Err(match targets.not_started.into_iter().next() {
-            // One task asked for: its reason is the error.
-            Some(e @ TargetError::NotStarted { .. }) if a.task.is_some() => e.to_string(),
-            _ => "no task container has started yet".into(),
-        });
+        return Err("no task container has started yet".into());
     }
     // Several tasks: prefix each line with its task, as `kubectl logs --prefix` does.
     let prefix = a.task.is_none();
