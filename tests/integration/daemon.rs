@@ -5,8 +5,8 @@
 
 #[path = "daemon/fixture.rs"]
 mod fixture;
-#[path = "daemon/proxy.rs"]
-mod proxy;
+#[path = "daemon/plane.rs"]
+mod plane;
 #[path = "daemon/sim.rs"]
 mod sim;
 
@@ -24,6 +24,7 @@ use fixture::{Daemon, Templates, fixed_ns, install_crds, names, test_renderer};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use plane::PrivatePlane;
 use sim::{Sim, SimConfig};
 
 use crate::support::{self, TestNamespace};
@@ -633,31 +634,22 @@ async fn destroy_and_recreate_at_once_while_the_old_namespace_terminates() {
     }
 }
 
-#[tokio::test]
-async fn the_roster_converges_after_the_apiserver_comes_back() {
-    let ns = TestNamespace::new("daemon-outage").await;
-    install_crds(&ns.client).await;
-    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
-    let _sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
-    // The daemon reaches the apiserver through a proxy that the test can cut.
-    let server: std::net::SocketAddr = ns
-        .info
-        .server
-        .trim_start_matches("https://")
-        .parse()
-        .expect("server addr");
-    let proxy = proxy::Proxy::start(server).await;
-    let kc = kube::config::Kubeconfig::read_from(&ns.info.kubeconfig).expect("kubeconfig");
-    let mut kcfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("config");
-    kcfg.cluster_url = format!("https://{}", proxy.addr).parse().expect("url");
-    kcfg.connect_timeout = Some(Duration::from_secs(2));
-    kcfg.read_timeout = Some(Duration::from_secs(10));
-    let daemon_client = kube::Client::try_from(kcfg).expect("client");
+/// The apiserver PROCESS is stopped and started again (on a private control plane: the
+/// shared one keeps serving the other tests). While it is away the daemon keeps answering
+/// from its roster and its watches keep retrying; afterwards the changes made in the
+/// cluster reach the roster without restarting the daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_roster_converges_after_the_apiserver_process_restarts() {
+    let plane = PrivatePlane::start(2, &[]).await;
+    let admin = plane.client().await;
+    let ns = fixture::create_namespace(&admin, "outage").await;
+    install_crds(&admin).await;
+    let tpl = Templates::create(&admin, &plane.info.kubeconfig, "outage").await;
+    let _sim = Sim::start(admin.clone(), &ns, SimConfig::default());
+    // The daemon binary's own client stack (kube's defaults, retries, request counter).
     let d = Daemon::start(
-        daemon_client,
-        fixed_ns(&ns.name),
+        fixture::daemon_client(&plane.info.kubeconfig).await,
+        fixed_ns(&ns),
         test_renderer(&tpl.prefix),
     )
     .await;
@@ -667,57 +659,116 @@ async fn the_roster_converges_after_the_apiserver_comes_back() {
         .await
         .expect("create")
         .into_inner();
-    assert_eq!(c.outcome, "reached");
-    let key = EnvKey::new(&ns.name, &c.id);
+    assert_eq!(c.outcome, "reached", "{}", c.message);
+    let key = EnvKey::new(&ns, &c.id);
+    assert_eq!(d.bridge.roster.tasks_of(&key).len(), 6);
+    let restarts_before = watch_restarts(&d);
 
-    proxy.down();
-    // While the daemon is cut off, the cluster changes: a task errors, another is deleted
-    // (the sim recreates it, with a new object).
-    let tasks: Api<Task> = ns.api();
+    let server_before = plane.info.server.clone();
+    let old_pid = plane.stop_apiserver(Duration::from_secs(5)).await;
+    assert!(
+        fixture::readyz(&admin).await.is_err(),
+        "the apiserver still answers"
+    );
+    // The watches fail and retry (counted), they do not end; meanwhile the API answers
+    // reads from the roster.
+    support::wait_for("the watches to notice and retry", WAIT, || async {
+        (watch_restarts(&d) > restarts_before).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = api
+        .get_environment(pb::GetEnvironmentRequest { id: c.id.clone() })
+        .await
+        .expect("get during the outage")
+        .into_inner();
+    assert_eq!(during.tasks.len(), 6);
+    assert!(during.tasks.iter().all(|t| t.state == "STANDBY"));
+    let listed = api
+        .list_environments(pb::ListEnvironmentsRequest {})
+        .await
+        .expect("list during the outage")
+        .into_inner();
+    assert_eq!(listed.environments.len(), 1);
+    let retries_during = watch_restarts(&d);
+    assert!(retries_during > restarts_before);
+
+    let back = plane.start_apiserver().await;
+    assert_eq!(back.server, server_before, "same port");
+    assert!(fixture::readyz(&admin).await.is_ok());
+    let new_pid = fixture::apiserver_pid(plane.dir());
+    assert_ne!(new_pid, old_pid, "a new apiserver process");
+
+    // Changes after the restart reach the roster: a transition the sim answers...
+    let r = api
+        .transition(transition(&c.id, "CONFIGURE", &[]))
+        .await
+        .expect("configure after the restart")
+        .into_inner();
+    assert!(r.ok && r.tasks == 6, "{} {:?}", r.message, r.failures);
+    // ... a task deleted (kill returns once the roster has lost it) ...
+    let victim = format!("{}-flp002-stfsender", c.id);
+    let killed = api
+        .kill_task(pb::KillTaskRequest {
+            id: c.id.clone(),
+            task: victim.clone(),
+            timeout_seconds: 30,
+        })
+        .await
+        .expect("kill after the restart")
+        .into_inner();
+    assert!(killed.gone);
+    // ... and a status written behind the daemon's back.
+    let tasks: Api<Task> = Api::namespaced(admin.clone(), &ns);
     let t1 = format!("{}-flp001-readout", c.id);
     tasks
         .patch_status(
             &t1,
             &PatchParams::default(),
-            &Patch::Merge(
-                serde_json::json!({"status": {"state": "ERROR", "message": "changed while away"}}),
-            ),
+            &Patch::Merge(serde_json::json!({"status": {
+                "state": "ERROR", "message": "changed after the restart"}})),
         )
         .await
         .expect("patch");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_ne!(
-        d.bridge.roster.task(&key, &t1).map(|t| t.state),
-        Some(State::Error),
-        "the daemon cannot have seen it"
-    );
-    proxy.up();
-
-    support::wait_for("roster to converge", WAIT, || async {
+    support::wait_for("the roster to converge", WAIT, || async {
         let t = d.bridge.roster.task(&key, &t1)?;
-        (t.state == State::Error && t.message.as_deref() == Some("changed while away"))
+        (t.state == State::Error && t.message.as_deref() == Some("changed after the restart"))
             .then_some(())
     })
     .await;
-    let restarts: f64 = d
+
+    // The roster matches the cluster exactly: names and states.
+    let in_cluster: std::collections::BTreeMap<String, Option<State>> = tasks
+        .list(&Default::default())
+        .await
+        .expect("tasks")
+        .items
+        .into_iter()
+        .map(|t| {
+            let state = t.status.as_ref().and_then(|s| s.state);
+            (t.metadata.name.unwrap_or_default(), state)
+        })
+        .collect();
+    let in_roster: std::collections::BTreeMap<String, Option<State>> = d
         .bridge
+        .roster
+        .tasks_of(&key)
+        .iter()
+        .map(|t| (t.name.to_string(), Some(t.state)))
+        .collect();
+    assert_eq!(in_roster, in_cluster);
+    assert_eq!(in_roster.len(), 5);
+    assert!(!in_roster.contains_key(&victim));
+}
+
+fn watch_restarts(d: &Daemon) -> f64 {
+    d.bridge
         .metrics
         .encode()
         .lines()
         .filter(|l| l.starts_with("envbridge_watch_restarts_total"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    assert!(restarts >= 1.0, "watch restarts not counted");
-    // The roster matches the cluster exactly.
-    let in_cluster = names::<Task>(&ns.client, &ns.name).await;
-    let in_roster: std::collections::BTreeSet<String> = d
-        .bridge
-        .roster
-        .tasks_of(&key)
-        .iter()
-        .map(|t| t.name.to_string())
-        .collect();
-    assert_eq!(in_roster, in_cluster);
+        .sum()
 }
 
 #[tokio::test]

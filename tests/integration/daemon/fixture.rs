@@ -345,3 +345,55 @@ pub async fn impersonating(kubeconfig: &std::path::Path, user: &str, groups: &[&
     cfg.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
     Client::try_from(cfg).expect("client")
 }
+
+/// A namespace `<prefix>-<random>` (on a private plane: nobody else deletes it, the plane's
+/// teardown does).
+pub async fn create_namespace(client: &Client, prefix: &str) -> String {
+    use k8s_openapi::api::core::v1::Namespace;
+    let name = format!("{prefix}-{}", crate::support::random_suffix());
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&Default::default(), &ns)
+        .await
+        .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+    name
+}
+
+/// The client the daemon binary builds (`bridge::client::counted`: kube's default stack with
+/// its retry layer, plus the request counter), from a kubeconfig.
+pub async fn daemon_client(kubeconfig: &std::path::Path) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    envbridge::bridge::client::counted(cfg, Default::default()).expect("client")
+}
+
+/// The apiserver's /readyz.
+pub async fn readyz(client: &Client) -> Result<String, kube::Error> {
+    let req = http::Request::get("/readyz")
+        .body(Vec::new())
+        .expect("request");
+    client.request_text(req).await
+}
+
+/// The pid of the kube-apiserver recorded in a plane's state.json.
+pub fn apiserver_pid(dir: &std::path::Path) -> u32 {
+    let path = dir.join("state.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("state.json");
+    v["components"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "kube-apiserver")
+        .and_then(|c| c["pid"].as_u64())
+        .and_then(|p| u32::try_from(p).ok())
+        .expect("a kube-apiserver pid")
+}
