@@ -1,5 +1,10 @@
-//! The daemon's apiserver client: kube's default stack (which retries 429 with the server's
-//! Retry-After, and 503/504, with backoff) plus a layer that counts requests for metrics.
+//! The daemon's apiserver client: kube's default stack plus a layer that counts requests for
+//! metrics. Its retry layer (kube-client 5 `RetryPolicy::server_retry`) re-sends a request
+//! answered 429 (and 503/504) up to 15 times, waiting the longer of the server's Retry-After
+//! and an exponential backoff (5 ms doubling). API Priority and Fairness always sends
+//! Retry-After with its 429s; the integration test
+//! `apiserver_throttling_is_retried_not_turned_into_a_failure` has the real apiserver reject
+//! the daemon's requests and checks that the operation still succeeds.
 
 use std::task::{Context, Poll};
 

@@ -3,6 +3,8 @@
 //! restart, leader election. The cluster side is played by `sim` (see its doc) so that
 //! delays and failures are exact.
 
+#[path = "daemon/apf.rs"]
+mod apf;
 #[path = "daemon/fixture.rs"]
 mod fixture;
 #[path = "daemon/plane.rs"]
@@ -648,7 +650,7 @@ async fn the_roster_converges_after_the_apiserver_process_restarts() {
     let _sim = Sim::start(admin.clone(), &ns, SimConfig::default());
     // The daemon binary's own client stack (kube's defaults, retries, request counter).
     let d = Daemon::start(
-        fixture::daemon_client(&plane.info.kubeconfig).await,
+        fixture::daemon_client(&plane.info.kubeconfig, None).await,
         fixed_ns(&ns),
         test_renderer(&tpl.prefix),
     )
@@ -769,6 +771,94 @@ fn watch_restarts(d: &Daemon) -> f64 {
         .filter(|l| l.starts_with("envbridge_watch_restarts_total"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// Apiserver throttling is honoured, never turned into a failure: on a private plane whose
+/// apiserver gives the daemon's identity ONE seat and rejects the rest (API Priority and
+/// Fairness, 429 + Retry-After), a deploy of many TaskSets written concurrently is rejected
+/// by the REAL apiserver and still succeeds, and so does the transition after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_throttling_is_retried_not_turned_into_a_failure() {
+    // A small server-wide limit (the plane's own components are exempt: system:masters),
+    // so that one share of it is one seat.
+    let plane = PrivatePlane::start(
+        1,
+        &[
+            "--max-requests-inflight=20",
+            "--max-mutating-requests-inflight=10",
+        ],
+    )
+    .await;
+    let admin = plane.client().await;
+    let ns = fixture::create_namespace(&admin, "throttle").await;
+    install_crds(&admin).await;
+    let tpl = Templates::create(&admin, &plane.info.kubeconfig, "throttle").await;
+    let _sim = Sim::start(admin.clone(), &ns, SimConfig::default());
+    let (level, user) = ("envbridge-throttled", "envbridge-throttled-daemon");
+    let daemon_client = fixture::daemon_client(&plane.info.kubeconfig, Some(user)).await;
+    apf::throttle_user(&admin, &daemon_client, level, user).await;
+    assert_eq!(apf::rejected(&admin, level).await, 0);
+
+    let d = Daemon::start(daemon_client, fixed_ns(&ns), test_renderer(&tpl.prefix)).await;
+    // 8 hosts x 3 tasks, one TaskSet each: 24 TaskSets, written 8 at a time by the daemon.
+    let id = "thr";
+    let packed = fixture::readout_dataflow(
+        id,
+        &tpl.prefix,
+        &fixture::hosts(8),
+        47100,
+        &Default::default(),
+    );
+    let tasks = packed.task_sets[0].spec.tasks.clone();
+    let sets: Vec<TaskSet> = tasks
+        .iter()
+        .map(|t| envbridge::bridge::objects::task_set(id, vec![t.clone()]))
+        .collect();
+    let objs = envbridge::bridge::objects::Objects {
+        environment: envbridge::bridge::objects::environment(
+            id,
+            id,
+            "readout-dataflow",
+            8,
+            tasks.len() as u32,
+            &sets,
+        ),
+        task_sets: sets,
+    };
+    let before = apf::rejected(&admin, level).await;
+    let started = Instant::now();
+    let created = d
+        .bridge
+        .apply(objs, &ns, &Default::default())
+        .await
+        .expect("the deploy succeeds although throttled");
+    let took = started.elapsed();
+    assert_eq!(created.tasks, 24);
+    assert_eq!(names::<TaskSet>(&admin, &ns).await.len(), 24);
+    let rejected = apf::rejected(&admin, level).await - before;
+    assert!(
+        rejected > 0,
+        "the apiserver rejected none of the deploy's requests: the test proves nothing"
+    );
+    eprintln!(
+        "deploy of 24 TaskSets: {rejected} request(s) rejected with 429 by the apiserver, \
+         all retried, done in {took:.1?} ({before} rejected while the watches started)"
+    );
+
+    support::wait_for("24 STANDBY tasks", WAIT, || async {
+        d.bridge
+            .roster
+            .evaluate_state(&EnvKey::new(&ns, id), State::Standby)
+            .ok()
+    })
+    .await;
+    let mut api = d.client().await;
+    let r = api
+        .transition(transition(id, "CONFIGURE", &[]))
+        .await
+        .expect("configure")
+        .into_inner();
+    assert!(r.ok && r.tasks == 24, "{} {:?}", r.message, r.failures);
 }
 
 #[tokio::test]

@@ -366,12 +366,14 @@ pub async fn create_namespace(client: &Client, prefix: &str) -> String {
 }
 
 /// The client the daemon binary builds (`bridge::client::counted`: kube's default stack with
-/// its retry layer, plus the request counter), from a kubeconfig.
-pub async fn daemon_client(kubeconfig: &std::path::Path) -> Client {
+/// its retry layer, plus the request counter), from a kubeconfig; acting as `user`
+/// (impersonation) when given.
+pub async fn daemon_client(kubeconfig: &std::path::Path, user: Option<&str>) -> Client {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .expect("config");
+    cfg.auth_info.impersonate = user.map(String::from);
     envbridge::bridge::client::counted(cfg, Default::default()).expect("client")
 }
 
