@@ -502,7 +502,7 @@ async fn the_roster_converges_after_the_apiserver_process_restarts() {
     let admin = ns.client.clone();
     let _sim = ns.sim(SimConfig::default());
     // The daemon binary's own client stack (kube's defaults, retries, request counter).
-    let own = fixture::daemon_client(&ns.kubeconfig, None).await;
+    let (own, _) = fixture::daemon_client(&ns.kubeconfig, None).await;
     let d = ns.daemon_as(own, fixed_ns(&ns.name)).await;
     let mut api = d.client().await;
     let c = fixture::create(&mut api, create_req("", "flp001,flp002", 47700)).await;
@@ -626,7 +626,7 @@ async fn apiserver_throttling_is_retried_not_turned_into_a_failure() {
     let admin = ns.client.clone();
     let _sim = ns.sim(SimConfig::default());
     let (level, user) = ("envbridge-throttled", "envbridge-throttled-daemon");
-    let daemon_client = fixture::daemon_client(&ns.kubeconfig, Some(user)).await;
+    let (daemon_client, throttled) = fixture::daemon_client(&ns.kubeconfig, Some(user)).await;
     apf::throttle_user(&admin, &daemon_client, level, user).await;
     assert_eq!(apf::rejected(&admin, level).await, 0);
 
@@ -657,6 +657,7 @@ async fn apiserver_throttling_is_retried_not_turned_into_a_failure() {
         task_sets: sets,
     };
     let before = apf::rejected(&admin, level).await;
+    let seen_before = throttled.get();
     let started = Instant::now();
     let created = d
         .bridge
@@ -666,14 +667,21 @@ async fn apiserver_throttling_is_retried_not_turned_into_a_failure() {
     let took = started.elapsed();
     assert_eq!(created.tasks, 24);
     assert_eq!(names::<TaskSet>(&admin, &ns.name).await.len(), 24);
+    let seen = throttled.get() - seen_before;
     let rejected = apf::rejected(&admin, level).await - before;
     assert!(
         rejected > 0,
         "the apiserver rejected none of the deploy's requests: the test proves nothing"
     );
+    // The daemon's client saw those 429s (and retried them): its own count agrees.
+    assert!(
+        seen > 0 && seen <= rejected,
+        "client saw {seen}, apiserver rejected {rejected}"
+    );
     eprintln!(
         "deploy of 24 TaskSets: {rejected} request(s) rejected with 429 by the apiserver, \
-         all retried, done in {took:.1?} ({before} rejected while the watches started)"
+         {seen} counted by the daemon's client, all retried, done in {took:.1?} \
+         ({before} rejected while the watches started)"
     );
 
     support::wait_for("24 STANDBY tasks", WAIT, || async {

@@ -370,16 +370,22 @@ pub async fn create_namespace(client: &Client, prefix: &str) -> String {
     name
 }
 
-/// The client the daemon binary builds (`bridge::client::counted`: kube's default stack with
-/// its retry layer, plus the request counter), from a kubeconfig; acting as `user`
-/// (impersonation) when given.
-pub async fn daemon_client(kubeconfig: &std::path::Path, user: Option<&str>) -> Client {
+/// The client the daemon binary builds (`bridge::client::counted`: kube's stack, the retry
+/// of throttled requests, the counters), from a kubeconfig; acting as `user`
+/// (impersonation) when given. Also its count of 429 answers.
+pub async fn daemon_client(
+    kubeconfig: &std::path::Path,
+    user: Option<&str>,
+) -> (Client, prometheus_client::metrics::counter::Counter) {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .expect("config");
     cfg.auth_info.impersonate = user.map(String::from);
-    envbridge::bridge::client::counted(cfg, Default::default()).expect("client")
+    let throttled = prometheus_client::metrics::counter::Counter::default();
+    let client = envbridge::bridge::client::counted(cfg, Default::default(), throttled.clone())
+        .expect("client");
+    (client, throttled)
 }
 
 /// The apiserver's /readyz.
