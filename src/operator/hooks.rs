@@ -121,7 +121,7 @@ fn names_event(name: &str, event: Event) -> bool {
 
 /// Position of a moment within transition `event`, or None when `event` does not pass it.
 /// `leave_S` matches when S is a state `event` applies from (GO_ERROR: none).
-pub fn step_of(m: &Moment, event: Event) -> Option<(Phase, i64)> {
+pub fn step_of(m: &Moment, event: Event) -> Option<Step> {
     match m {
         Moment::Event {
             phase,
@@ -147,8 +147,11 @@ pub fn step_of(m: &Moment, event: Event) -> Option<(Phase, i64)> {
     }
 }
 
+/// A position within a transition: the moment, then the weight.
+pub type Step = (Phase, i64);
+
 /// The step at which the tasks themselves receive the event and are waited for.
-pub const TASKS_STEP: (Phase, i64) = (Phase::During, 0);
+pub const TASKS_STEP: Step = (Phase::During, 0);
 
 /// True when a hook with this trigger runs during transition `event`.
 pub fn in_transition(trigger: &str, event: Event) -> bool {
@@ -214,7 +217,7 @@ pub struct Gate {
 pub fn gate(event: Event, hooks: &[Hook], tasks: &Tasks) -> Gate {
     // (index, trigger step, await step) of the hooks in this transition; a hook whose await
     // is not a moment of the same transition at or after its trigger is a failed hook.
-    let mut placed: Vec<(usize, (Phase, i64), (Phase, i64))> = Vec::new();
+    let mut placed: Vec<(usize, Step, Step)> = Vec::new();
     let mut warnings = Vec::new();
     for (i, h) in hooks.iter().enumerate() {
         let Some(trig) = parse_moment("trigger", h.trigger)
@@ -250,7 +253,7 @@ pub fn gate(event: Event, hooks: &[Hook], tasks: &Tasks) -> Gate {
             }
         }
     }
-    let mut steps: Vec<(Phase, i64)> = placed
+    let mut steps: Vec<Step> = placed
         .iter()
         .flat_map(|(_, t, a)| [*t, *a])
         .chain([TASKS_STEP])
