@@ -262,10 +262,37 @@ async fn before_configure_hooks_gate_the_transition() -> Res {
         "no warning event"
     );
 
-    // `destroy` waits for the whole namespace to empty: the other environment goes first.
-    Api::<Environment>::namespaced(fx.admin.clone(), &fx.ns)
-        .delete("ew", &Default::default())
-        .await?;
+    // A hook still running at its timeoutSeconds fails (critical: the transition fails) and
+    // its pod is stopped.
+    let mut t = hook("et", "slow", "before_CONFIGURE", true);
+    t.timeout_seconds = Some(2);
+    let mut ttasks = plain("et", &["flp002"]);
+    ttasks.push(t.clone());
+    deploy(&fx, "et", &ttasks, 10).await?;
+    wait_env(&fx, "et", "STANDBY", state_is(State::Standby)).await?;
+    transition(&fx, "et", "cfg-t", Event::Configure).await?;
+    let t0 = Instant::now();
+    let env = wait_env(
+        &fx,
+        "et",
+        "cfg-t Failed",
+        phase_is("cfg-t", TransitionPhase::Failed),
+    )
+    .await?;
+    println!("hook timeout (2 s) reported after {:?}", t0.elapsed());
+    let (_, msg) = transition_of(&env, "cfg-t").unwrap();
+    assert!(
+        msg.contains(&format!("hook task {}: timed out after 2s", t.name)),
+        "{msg}"
+    );
+    wait_pod_gone(&fx, &t.name).await?;
+
+    // `destroy` waits for the whole namespace to empty: the other environments go first.
+    for other in ["ew", "et"] {
+        Api::<Environment>::namespaced(fx.admin.clone(), &fx.ns)
+            .delete(other, &Default::default())
+            .await?;
+    }
     destroy(&fx, "eh").await?;
     op.stop().await?;
     finish(fx).await
