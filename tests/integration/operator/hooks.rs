@@ -118,8 +118,11 @@ async fn before_configure_hooks_gate_the_transition() -> Res {
 
     // Critical hook: succeeds, then (second CONFIGURE) fails.
     let h = hook("eh", "pre", "before_CONFIGURE", true);
+    // Runs once the tasks reached CONFIGURED.
+    let post = hook("eh", "post", "after_CONFIGURE", true);
     let mut tasks = plain("eh", &["flp001", "flp002"]);
     tasks.push(h.clone());
+    tasks.push(post.clone());
     deploy(&fx, "eh", &tasks, 10).await?;
     // Non-critical hook in a second environment.
     let w = hook("ew", "pre", "before_CONFIGURE", false);
@@ -144,8 +147,12 @@ async fn before_configure_hooks_gate_the_transition() -> Res {
     );
 
     // CONFIGURE: the hook's pod runs first; the tasks wait for it.
+    let mut op = op;
     transition(&fx, "eh", "cfg-1", Event::Configure).await?;
-    wait_pod(&fx, &h.name).await?;
+    let first = wait_pod(&fx, &h.name).await?;
+    // An operator restart while the hook runs re-attaches its pod (same UID, no second run).
+    op.stop().await?;
+    op = start(&fx, None).await?;
     let ht = wait_task(&fx, &h.name, "RUNNING", |t| {
         task_state(t) == Some(State::Running)
     })
@@ -153,6 +160,15 @@ async fn before_configure_hooks_gate_the_transition() -> Res {
     assert_eq!(ht.spec.transition.unwrap().id, "cfg-1");
     // Give the operator time it could misuse, then check nothing moved past the hook.
     tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        pods.get(&h.name).await?.uid(),
+        first.uid(),
+        "hook pod re-created"
+    );
+    assert!(
+        pods.get_opt(&post.name).await?.is_none(),
+        "after hook ran early"
+    );
     let env = wait_env(
         &fx,
         "eh",
@@ -173,6 +189,24 @@ async fn before_configure_hooks_gate_the_transition() -> Res {
     }
     let t0 = Instant::now();
     end_pod(&fx, &h.name, "sim-succeed", "").await?;
+    // Tasks CONFIGURED, then the after hook runs; the transition waits for it.
+    wait_pod(&fx, &post.name).await?;
+    println!(
+        "after-hook pod created {:?} after the before-hook was told to end (operator restarting meanwhile)",
+        t0.elapsed()
+    );
+    for t in &tasks[..2] {
+        let t = task_api.get(&t.name).await?;
+        assert_eq!(task_state(&t), Some(State::Configured), "{}", t.name_any());
+    }
+    let env = wait_env(&fx, "eh", "cfg-1 Running", |e| {
+        transition_of(e, "cfg-1").is_some_and(|(p, m)| {
+            p == TransitionPhase::Running && m.contains(&format!("hook task {}", post.name))
+        })
+    })
+    .await?;
+    assert_eq!(env.status.unwrap().state, Some(State::Configured));
+    end_pod(&fx, &post.name, "sim-succeed", "").await?;
     let env = wait_env(
         &fx,
         "eh",
@@ -181,7 +215,7 @@ async fn before_configure_hooks_gate_the_transition() -> Res {
     )
     .await?;
     println!(
-        "CONFIGURE completed {:?} after the hook pod was told to end",
+        "CONFIGURE completed {:?} after the before-hook pod was told to end (restart and after-hook included)",
         t0.elapsed()
     );
     assert_eq!(env.status.as_ref().unwrap().state, Some(State::Configured));
@@ -222,6 +256,11 @@ async fn before_configure_hooks_gate_the_transition() -> Res {
     let st = env.status.unwrap();
     let f = st.failing_tasks.iter().find(|f| f.name == h.name);
     assert!(f.is_some_and(|f| f.critical), "{:?}", st.failing_tasks);
+    assert_eq!(st.state, Some(State::Error));
+    assert!(
+        pods.get_opt(&post.name).await?.is_none(),
+        "after hook ran after a failure"
+    );
     for t in &tasks[..2] {
         let t = task_api.get(&t.name).await?;
         assert_eq!(task_state(&t), Some(State::Standby));
