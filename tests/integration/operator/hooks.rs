@@ -390,3 +390,41 @@ async fn recover_recreates_a_pod_that_ended() -> Res {
     op.stop().await?;
     finish(fx).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_awaited_after_the_event_runs_alongside_the_tasks() -> Res {
+    let fx = fixture("hookpar").await?;
+    let op = start(&fx, None).await?;
+    let mut p = hook("ep", "pfr", "before_CONFIGURE", true);
+    p.r#await = Some("after_CONFIGURE-1".into());
+    let mut tasks = plain("ep", &["flp001", "flp002"]);
+    tasks.push(p.clone());
+    deploy(&fx, "ep", &tasks, 10).await?;
+    wait_env(&fx, "ep", "STANDBY", state_is(State::Standby)).await?;
+
+    transition(&fx, "ep", "cfg-p", Event::Configure).await?;
+    wait_pod(&fx, &p.name).await?;
+    // The tasks receive CONFIGURE while the hook runs; the transition waits for the hook.
+    for t in &tasks[..2] {
+        wait_task(&fx, &t.name, "CONFIGURED", |t| {
+            task_state(t) == Some(State::Configured)
+        })
+        .await?;
+    }
+    let env = wait_env(&fx, "ep", "tasks CONFIGURED", state_is(State::Configured)).await?;
+    let (phase, msg) = transition_of(&env, "cfg-p").unwrap();
+    assert_eq!(phase, TransitionPhase::Running, "{msg}");
+    assert!(msg.contains(&format!("hook task {}", p.name)), "{msg}");
+    end_pod(&fx, &p.name, "sim-succeed", "").await?;
+    wait_env(
+        &fx,
+        "ep",
+        "cfg-p Succeeded",
+        phase_is("cfg-p", TransitionPhase::Succeeded),
+    )
+    .await?;
+
+    destroy(&fx, "ep").await?;
+    op.stop().await?;
+    finish(fx).await
+}
