@@ -115,7 +115,7 @@ async fn all_listed(stores: Vec<(&'static str, BoxFuture<'static, ()>)>) {
         let mut polls = 0u32;
         while tokio::time::timeout(REPOLL, &mut fut).await.is_err() {
             polls += 1;
-            if polls % WARN_EVERY == 0 {
+            if polls.is_multiple_of(WARN_EVERY) {
                 warn!(store = name, "watch has not listed yet");
             }
         }
