@@ -469,6 +469,57 @@ mod tests {
         assert!(lost[0].contains("connection reset by peer"), "{lost:?}");
     }
 
+    /// A connection body that delivers `data` in small reads, then fails (or ends).
+    struct Body {
+        data: Vec<u8>,
+        at: usize,
+        fail: bool,
+    }
+
+    impl futures::io::AsyncRead for Body {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut [u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let n = (self.data.len() - self.at).min(buf.len()).min(5);
+            if n == 0 && self.fail {
+                let e = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+                return std::task::Poll::Ready(Err(e));
+            }
+            buf[..n].copy_from_slice(&self.data[self.at..self.at + n]);
+            self.at += n;
+            std::task::Poll::Ready(Ok(n))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_api_body_reader_yields_its_bytes_then_the_error_then_ends() {
+        for fail in [true, false] {
+            let body = Body {
+                data: b"2026-11-30T11:00:00Z a\n2026-11-30T11:00:01Z b".to_vec(),
+                at: 0,
+                fail,
+            };
+            let items: Vec<_> = read_chunks(futures::io::BufReader::new(body))
+                .collect()
+                .await;
+            let bytes: Vec<u8> = items
+                .iter()
+                .flat_map(|i| i.clone().unwrap_or_default())
+                .collect();
+            assert_eq!(bytes, b"2026-11-30T11:00:00Z a\n2026-11-30T11:00:01Z b");
+            let errors: Vec<_> = items.iter().filter_map(|i| i.as_ref().err()).collect();
+            if fail {
+                assert_eq!(errors.len(), 1);
+                assert!(items.last().unwrap().is_err(), "the error ends the stream");
+                assert!(errors[0].0.starts_with("log stream: "), "{}", errors[0]);
+            } else {
+                assert!(errors.is_empty());
+            }
+        }
+    }
+
     fn pod(phase: &str, terminated: bool) -> Pod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p"},
