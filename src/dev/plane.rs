@@ -292,6 +292,9 @@ fn apiserver_args(dir: &Path, st: &PlaneState, pki: &pki::PkiFiles) -> Vec<Strin
         s("--max-requests-inflight=2000"),
         s("--max-mutating-requests-inflight=1000"),
         s("--profiling=false"),
+        // pods/log and exec dial the node by its InternalIP (loopback here); the default
+        // order tries the Hostname first, which would send a DNS query off this machine.
+        s("--kubelet-preferred-address-types=InternalIP"),
     ];
     args.extend(st.apiserver_extra_args.iter().cloned());
     args
