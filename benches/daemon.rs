@@ -111,6 +111,7 @@ async fn daemon_role() -> Res {
     let client = envbridge::bridge::client::counted(
         kube::Config::infer().await?,
         metrics.apiserver_requests.clone(),
+        metrics.apiserver_throttled.clone(),
     )?;
     let cfg = BridgeConfig {
         namespaces: NamespaceMode::Fixed {
@@ -159,7 +160,7 @@ async fn run() -> Res {
         &Default::default(),
     )
     .await?;
-    let floor = envbridge::bridge::client::counted(kcfg, floor_count.clone())?;
+    let floor = envbridge::bridge::client::counted(kcfg, floor_count.clone(), Default::default())?;
     let mut objs = objects("bf", nodes, per_node);
     objs.place(&floor_ns);
     let t = Instant::now();
@@ -269,14 +270,11 @@ async fn run() -> Res {
         return Err(format!("configure: {} {}", r.outcome, r.message).into());
     }
     let after = scrape(http).await?;
-    let daemon_requests = after
-        .get("envbridge_apiserver_requests_total")
-        .copied()
-        .unwrap_or(0.0)
-        - before
-            .get("envbridge_apiserver_requests_total")
-            .copied()
-            .unwrap_or(0.0);
+    let delta = |name: &str| {
+        after.get(name).copied().unwrap_or(0.0) - before.get(name).copied().unwrap_or(0.0)
+    };
+    let daemon_requests = delta("envbridge_apiserver_requests_total");
+    let daemon_throttled = delta("envbridge_apiserver_throttled_total");
     let roster_bytes = after
         .get("envbridge_roster_task_bytes")
         .copied()
@@ -312,6 +310,7 @@ async fn run() -> Res {
     println!(
         "daemon apiserver requests     {daemon_requests:.0} (the floor's bare client: {floor_requests}; the simulated cluster side's are not the daemon's)"
     );
+    println!("daemon 429s (retried)         {daemon_throttled:.0}");
     println!(
         "daemon peak RSS               {:.1} MiB",
         rss_kib as f64 / 1024.0

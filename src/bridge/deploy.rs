@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, Patch, PatchParams};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
@@ -16,6 +17,9 @@ use super::objects::Objects;
 use super::{Bridge, CreateSpec, namespace, validate};
 use crate::crd::{Environment, TaskSet};
 use crate::roster::EnvKey;
+
+/// TaskSets written at once by a create.
+const TASK_SET_WRITES: usize = 8;
 
 /// The outcome of a create.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,12 +110,16 @@ impl Bridge {
         objs.place(ns);
         let pp = PatchParams::apply(&self.cfg.field_manager).force();
         let sets: Api<TaskSet> = Api::namespaced(self.client.clone(), ns);
-        for ts in &objs.task_sets {
-            let ts_name = ts.metadata.name.clone().unwrap_or_default();
-            sets.patch(&ts_name, &pp, &Patch::Apply(ts))
-                .await
-                .map_err(BridgeError::kube(format!("apply TaskSet {ns}/{ts_name}")))?;
-        }
+        // Independent objects: a few at once (a large environment has tens of TaskSets).
+        let writes: Vec<_> = objs
+            .task_sets
+            .iter()
+            .map(|ts| apply_task_set(&sets, &pp, ts))
+            .collect();
+        futures::stream::iter(writes)
+            .buffer_unordered(TASK_SET_WRITES)
+            .try_collect::<Vec<_>>()
+            .await?;
         let envs: Api<Environment> = Api::namespaced(self.client.clone(), ns);
         let env = envs
             .patch(&name, &pp, &Patch::Apply(&objs.environment))
@@ -152,6 +160,15 @@ impl Bridge {
             }
         }
     }
+}
+
+async fn apply_task_set(sets: &Api<TaskSet>, pp: &PatchParams, ts: &TaskSet) -> Result<()> {
+    let name = ts.metadata.name.clone().unwrap_or_default();
+    let ns = ts.metadata.namespace.clone().unwrap_or_default();
+    sets.patch(&name, pp, &Patch::Apply(ts))
+        .await
+        .map_err(BridgeError::kube(format!("apply TaskSet {ns}/{name}")))?;
+    Ok(())
 }
 
 fn created_from(env: &Environment, ns: &str, created: bool) -> Created {

@@ -30,6 +30,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Requests this daemon sent to the apiserver.
     pub apiserver_requests: Counter,
+    /// Answers 429 (throttled) the client got, and retried.
+    pub apiserver_throttled: Counter,
 }
 
 impl Default for Metrics {
@@ -52,6 +54,7 @@ impl Metrics {
             transitions: Family::default(),
             leader: Gauge::default(),
             apiserver_requests: Counter::default(),
+            apiserver_throttled: Counter::default(),
         };
         reg.register(
             "watch_restarts",
@@ -97,6 +100,11 @@ impl Metrics {
             "apiserver_requests",
             "Requests sent to the apiserver",
             m.apiserver_requests.clone(),
+        );
+        reg.register(
+            "apiserver_throttled",
+            "Answers 429 (throttled) from the apiserver, retried after Retry-After",
+            m.apiserver_throttled.clone(),
         );
         Metrics {
             registry: Arc::new(reg),

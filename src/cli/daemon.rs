@@ -356,8 +356,12 @@ async fn serve(s: Settings) -> Result<(), String> {
         .await
         .map_err(|e| format!("kubernetes client config: {e}"))?;
     let metrics = Metrics::new();
-    let client = envbridge::bridge::client::counted(config, metrics.apiserver_requests.clone())
-        .map_err(|e| format!("kubernetes client: {e}"))?;
+    let client = envbridge::bridge::client::counted(
+        config,
+        metrics.apiserver_requests.clone(),
+        metrics.apiserver_throttled.clone(),
+    )
+    .map_err(|e| format!("kubernetes client: {e}"))?;
     let renderer = envbridge::bridge::render::renderer(&s.bridge);
     let bridge = Bridge::new(client.clone(), s.bridge, metrics.clone(), renderer);
     let stop = CancellationToken::new();

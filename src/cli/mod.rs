@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod daemon;
 mod demo;
 mod env;
+mod logs;
 mod render;
 
 #[derive(Parser, Debug)]
@@ -39,6 +40,8 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Render a workflow into the objects to apply (or `-o tasks`: the resolved task view).
     Render(render::RenderArgs),
+    /// Task container logs with timestamps (--follow resumes across dropped streams).
+    Logs(logs::LogsArgs),
 }
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -51,5 +54,6 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::TaskSim(args) => envbridge::control::sim::run(args),
         Command::Render(args) => render::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Logs(args) => logs::run(args),
     }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use futures::{Stream, StreamExt, stream};
+use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
@@ -22,6 +23,7 @@ use tonic::codegen::{Context, Poll, Service};
 use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, warn};
 
+use super::bare_path_io::BarePathIo;
 use super::error::ControlError;
 use super::fairmq::{self, FmqState, Step, Verdict};
 use super::json::JsonCodec;
@@ -320,9 +322,15 @@ fn channel_for(addr: SocketAddr) -> Result<Channel, ControlError> {
             code: tonic::Code::InvalidArgument,
             message: e.to_string(),
         })?
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true);
-    let channel = endpoint.connect_lazy();
+        .connect_timeout(CONNECT_TIMEOUT);
+    // Every connection strips the slash of bare method names (`/GetState` -> `GetState`), as a
+    // FairMQ device expects; paths with a service part are left alone (see `bare_path`).
+    let connector = tower::service_fn(move |_uri: http::Uri| async move {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok::<_, std::io::Error>(TokioIo::new(BarePathIo::client(stream)))
+    });
+    let channel = endpoint.connect_with_connector_lazy(connector);
     let runtime_alive = tokio::spawn(std::future::pending::<()>()).abort_handle();
     // Two first calls racing both create a channel; the last one stays cached, the other
     // serves its call and is dropped.

@@ -110,8 +110,10 @@ pub struct FollowOptions {
     pub since: Option<Timestamp>,
     /// Give up after this many re-opens in a row that brought no new line.
     pub max_attempts: u32,
-    /// Pause before each re-open.
+    /// Pause before the first re-open after a line was shown; doubled for each further
+    /// re-open in a row without a new line, up to `max_backoff`.
     pub backoff: Duration,
+    pub max_backoff: Duration,
 }
 
 impl Default for FollowOptions {
@@ -120,6 +122,7 @@ impl Default for FollowOptions {
             since: None,
             max_attempts: 10,
             backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(5),
         }
     }
 }
@@ -163,7 +166,7 @@ pub fn follow<S: LineSource + 'static>(
         loop {
             let Some(stream) = st.current.as_mut() else {
                 if st.opened_once {
-                    tokio::time::sleep(st.opts.backoff).await;
+                    tokio::time::sleep(st.opts.delay(st.failures)).await;
                 }
                 let since = st.resume.since().or(st.opts.since);
                 match st.source.open(since).await {
@@ -215,6 +218,16 @@ pub fn follow<S: LineSource + 'static>(
             }
         }
     })
+}
+
+impl FollowOptions {
+    /// The pause before a re-open that follows `failures` fruitless ones (at least one).
+    pub fn delay(&self, failures: u32) -> Duration {
+        let doubled = self
+            .backoff
+            .saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+        doubled.min(self.max_backoff.max(self.backoff))
+    }
 }
 
 impl<S> Follow<S> {
@@ -419,6 +432,17 @@ mod tests {
         let err = err.expect("an error after 3 fruitless re-opens");
         assert_eq!(err.attempts, 4);
         assert!(err.to_string().contains("connection reset"), "{err}");
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        let o = FollowOptions::default();
+        let ms = |n| o.delay(n).as_millis();
+        assert_eq!(
+            [ms(1), ms(2), ms(3), ms(4), ms(5)],
+            [500, 1000, 2000, 4000, 5000]
+        );
+        assert_eq!(ms(u32::MAX), 5000);
     }
 
     #[test]

@@ -2,14 +2,19 @@
 //! the JSON variant of FairMQ devices), the client the operator drives tasks with, the FairMQ
 //! multi-step sequences, and the task simulator.
 //!
-//! Pure parts: [`fairmq`] (sequences, state mapping), [`wire`] (paths, content types),
-//! [`sim::config`] and [`sim::machine`], [`log_resume`]. I/O: [`client`], [`sim::server`].
+//! Pure parts: [`bare_path`] (bare method names on the wire), [`fairmq`] (sequences, state mapping), [`wire`] (paths, content types),
+//! [`sim::config`] and [`sim::machine`], [`log_resume`]. I/O: [`client`], [`bare_path_io`], [`sim::server`],
+//! [`log_stream`] and [`log_targets`] (the Kubernetes edge of `envbridge logs`).
 
+pub mod bare_path;
+pub mod bare_path_io;
 pub mod client;
 pub mod error;
 pub mod fairmq;
 pub mod json;
 pub mod log_resume;
+pub mod log_stream;
+pub mod log_targets;
 pub mod pb;
 pub mod sim;
 pub mod wire;

@@ -9,12 +9,12 @@
 //! `"GetState"` (no slash, no package, no service), which grpc-go puts verbatim into the HTTP/2
 //! `:path`; the plugin's C++ server registers methods named exactly `"GetState"`,
 //! `"Transition"`, `"EventStream"`, and gRPC C++ matches `:path` against that name exactly.
-//! We send `/GetState`: the `http` crate (>= 1.4.1, which tonic, hyper and h2 build on)
-//! refuses any path that does not start with `/`, on the client and on the server side, so a
-//! slash-less `:path` cannot be produced or received by this stack. The consequence: the
-//! simulator and envbridge agree, but a real OCClite plugin, which matches the string exactly,
-//! would answer UNIMPLEMENTED until the client can emit a slash-less path (a raw HTTP/2
-//! writer, or an `http` release that allows it). See `JSON_PATH_PREFIX`.
+//! The `http` crate (>= 1.4.1, which tonic, hyper and h2 build on) refuses any path that does
+//! not start with `/`, on the client and on the server side. So the stack above the socket
+//! uses `/GetState`, and [`super::bare_path`] rewrites it on the connection's bytes: the
+//! client's connections strip the slash of a path without a service part (the bytes on the
+//! wire read `GetState`, as the anchor's Go client sends), and the simulator's connections add
+//! it back before tonic routes the call.
 //!
 //! The simulator accepts every spelling it can receive (`/occ_pb.Occ/GetState`, `/GetState`)
 //! in either codec, chosen by the request's content type.
@@ -24,7 +24,8 @@ use http::uri::PathAndQuery;
 pub const SERVICE: &str = "occ_pb.Occ";
 pub const CONTENT_TYPE_PROTO: &str = "application/grpc";
 pub const CONTENT_TYPE_JSON: &str = "application/grpc+json";
-/// The JSON variant's method path is this prefix and the bare method name (see above).
+/// The JSON variant's method path above the socket: this prefix and the bare method name
+/// (the slash is stripped on the wire, see above).
 pub const JSON_PATH_PREFIX: &str = "/";
 
 /// The four methods of the control service.

@@ -2,7 +2,9 @@
 //! kube-controller-manager and kwok on 127.0.0.1 (see docs/local-control-plane.md).
 //!
 //! Library entry points for tests, benchmarks and the demo: [`ensure_up`] (start or reuse,
-//! serialised by a file lock), [`client`], [`down`].
+//! serialised by a file lock), [`client`], [`down`]; for fault tests, a private plane in a
+//! directory of its own ([`ensure_up_in`], [`down_in`]) whose apiserver can be stopped and
+//! started again ([`stop_apiserver`], [`start_apiserver`]).
 
 pub mod addressing;
 pub mod binaries;
@@ -21,7 +23,10 @@ use std::process::ExitCode;
 pub mod sim_runner;
 
 pub use error::{DevError, Result};
-pub use plane::{ClusterInfo, client_for, current, down, ensure_up};
+pub use plane::{
+    ClusterInfo, client_for, current, down, down_in, ensure_up, ensure_up_in, start_apiserver,
+    stop_apiserver,
+};
 
 /// Default number of simulated nodes.
 pub const DEFAULT_NODES: u32 = 4;

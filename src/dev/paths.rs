@@ -25,8 +25,7 @@ pub fn state_dir() -> PathBuf {
 
 /// Lock file serialising up/down across processes (beside the state directory, which
 /// `down` removes).
-pub fn lock_file() -> PathBuf {
-    let dir = state_dir();
+pub fn lock_file_for(dir: &std::path::Path) -> PathBuf {
     let name = dir
         .file_name()
         .map(|n| format!("{}.lock", n.to_string_lossy()))

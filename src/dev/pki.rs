@@ -94,6 +94,19 @@ pub fn generate() -> Result<Pki> {
 }
 
 /// Write the files the components read into `dir` (keys mode 0600).
+/// Where [`write`] puts the files in `dir` (for restarting a component of a running plane).
+pub fn files(dir: &Path) -> PkiFiles {
+    PkiFiles {
+        ca_cert: dir.join("ca.crt"),
+        serving_cert: dir.join("apiserver.crt"),
+        serving_key: dir.join("apiserver.key"),
+        admin_cert: dir.join("admin.crt"),
+        admin_key: dir.join("admin.key"),
+        sa_key: dir.join("sa.key"),
+        sa_pub: dir.join("sa.pub"),
+    }
+}
+
 pub fn write(pki: &Pki, dir: &Path) -> Result<PkiFiles> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(dir).ctx("creating the PKI directory", dir)?;

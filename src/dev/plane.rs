@@ -69,9 +69,9 @@ async fn readyz(client: &Client) -> Result<String> {
     Ok(client.request_text(req).await?)
 }
 
-/// Take the machine-wide lock (blocking) that serialises up and down.
-fn lock() -> Result<std::fs::File> {
-    let path = paths::lock_file();
+/// Take the lock (blocking) that serialises up and down of the plane in `dir`.
+fn lock(dir: &Path) -> Result<std::fs::File> {
+    let path = paths::lock_file_for(dir);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).ctx("creating", parent)?;
     }
@@ -80,8 +80,9 @@ fn lock() -> Result<std::fs::File> {
     Ok(f)
 }
 
-async fn lock_async() -> Result<std::fs::File> {
-    tokio::task::spawn_blocking(lock)
+async fn lock_async(dir: &Path) -> Result<std::fs::File> {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || lock(&dir))
         .await
         .map_err(|e| DevError::Invalid(format!("lock task failed: {e}")))?
 }
@@ -127,15 +128,26 @@ fn stop_components(st: &PlaneState) {
 /// Start the control plane with at least `nodes` simulated nodes, or reuse the running one
 /// (adding nodes if it has fewer). Safe to call from many processes at once.
 pub async fn ensure_up(nodes: u32) -> Result<ClusterInfo> {
+    ensure_up_in(&paths::state_dir(), nodes, &[]).await
+}
+
+/// [`ensure_up`] for the plane whose state lives in `dir` (a private plane: its own
+/// processes and free loopback ports, its lock `<dir>.lock` beside it), kube-apiserver
+/// started with `apiserver_extra_args` appended (later flags win). A running plane there is
+/// reused as it is.
+pub async fn ensure_up_in(
+    dir: &Path,
+    nodes: u32,
+    apiserver_extra_args: &[String],
+) -> Result<ClusterInfo> {
     if nodes == 0 || nodes > addressing::MAX_NODES {
         return Err(DevError::Invalid(format!(
             "--nodes must be within 1..={}",
             addressing::MAX_NODES
         )));
     }
-    let _lock = lock_async().await?;
-    let dir = paths::state_dir();
-    if let Some(mut st) = state::load(&dir)? {
+    let _lock = lock_async(dir).await?;
+    if let Some(mut st) = state::load(dir)? {
         if all_alive(&st) {
             let client = client_for(&st.kubeconfig).await?;
             if readyz(&client).await.is_ok() {
@@ -143,24 +155,29 @@ pub async fn ensure_up(nodes: u32) -> Result<ClusterInfo> {
                 nodes::wait_ready(&client, nodes, READY_TIMEOUT, || Ok(())).await?;
                 if nodes > st.nodes {
                     st.nodes = nodes;
-                    state::save(&dir, &st)?;
+                    state::save(dir, &st)?;
                 }
-                return Ok(info_of(&st, &dir));
+                return Ok(info_of(&st, dir));
             }
         }
         eprintln!("envbridge: the recorded control plane is not healthy; restarting it");
         stop_components(&st);
     }
     if dir.exists() {
-        std::fs::remove_dir_all(&dir).ctx("removing the old state", &dir)?;
+        std::fs::remove_dir_all(dir).ctx("removing the old state", dir)?;
     }
     let bins = tokio::task::spawn_blocking(binaries::ensure_built)
         .await
         .map_err(|e| DevError::Build(format!("build task failed: {e}")))??;
-    start(&bins, &dir, nodes).await
+    start(&bins, dir, nodes, apiserver_extra_args).await
 }
 
-async fn start(bins: &Binaries, dir: &Path, nodes: u32) -> Result<ClusterInfo> {
+async fn start(
+    bins: &Binaries,
+    dir: &Path,
+    nodes: u32,
+    apiserver_extra_args: &[String],
+) -> Result<ClusterInfo> {
     let started = Instant::now();
     std::fs::create_dir_all(dir).ctx("creating the state directory", dir)?;
     let pki = pki::write(&pki::generate()?, &dir.join("pki"))?;
@@ -192,6 +209,7 @@ async fn start(bins: &Binaries, dir: &Path, nodes: u32) -> Result<ClusterInfo> {
         kubeconfig: kubeconfig_path,
         nodes: 0,
         components: Vec::new(),
+        apiserver_extra_args: apiserver_extra_args.to_vec(),
     };
     let result = start_components(bins, dir, &pki, &mut st, nodes).await;
     match result {
@@ -247,6 +265,67 @@ fn died(c: &Component, what: &str) -> DevError {
     }
 }
 
+/// kube-apiserver's flags: the recorded ports and PKI, then the plane's extra flags.
+fn apiserver_args(dir: &Path, st: &PlaneState, pki: &pki::PkiFiles) -> Vec<String> {
+    let etcd_url = format!("http://127.0.0.1:{}", st.etcd_client_port);
+    let mut args = vec![
+        format!("--etcd-servers={etcd_url}"),
+        s("--bind-address=127.0.0.1"),
+        s("--advertise-address=127.0.0.1"),
+        format!("--secure-port={}", st.apiserver_port),
+        format!("--cert-dir={}", dir.join("apiserver-certs").display()),
+        format!("--tls-cert-file={}", pki.serving_cert.display()),
+        format!("--tls-private-key-file={}", pki.serving_key.display()),
+        format!("--client-ca-file={}", pki.ca_cert.display()),
+        s("--authorization-mode=RBAC"),
+        s("--service-account-issuer=https://kubernetes.default.svc"),
+        format!("--service-account-key-file={}", pki.sa_pub.display()),
+        format!(
+            "--service-account-signing-key-file={}",
+            pki.sa_key.display()
+        ),
+        format!("--service-cluster-ip-range={}", addressing::SERVICE_CIDR),
+        s("--allow-privileged=true"),
+        s("--disable-admission-plugins=ServiceAccount"),
+        // The kubernetes Service's endpoints would be 127.0.0.1, which validation rejects.
+        s("--endpoint-reconciler-type=none"),
+        s("--max-requests-inflight=2000"),
+        s("--max-mutating-requests-inflight=1000"),
+        s("--profiling=false"),
+        // pods/log and exec dial the node by its InternalIP (loopback here); the default
+        // order tries the Hostname first, which would send a DNS query off this machine.
+        s("--kubelet-preferred-address-types=InternalIP"),
+    ];
+    args.extend(st.apiserver_extra_args.iter().cloned());
+    args
+}
+
+/// Waits for /readyz, failing early (with the log tail) when the apiserver or etcd exits.
+async fn wait_apiserver_ready(
+    client: &Client,
+    apiserver: &Component,
+    etcd: &Component,
+) -> Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        match readyz(client).await {
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                if !process::alive(apiserver.pid, &apiserver.binary) {
+                    return Err(died(apiserver, "exited"));
+                }
+                if !process::alive(etcd.pid, &etcd.binary) {
+                    return Err(died(etcd, "exited"));
+                }
+                if Instant::now() > deadline {
+                    return Err(died(apiserver, &format!("/readyz not ok: {e}")));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn start_components(
     bins: &Binaries,
     dir: &Path,
@@ -288,53 +367,12 @@ async fn start_components(
     let apiserver = launch(
         "kube-apiserver",
         &bins.apiserver,
-        vec![
-            format!("--etcd-servers={etcd_url}"),
-            s("--bind-address=127.0.0.1"),
-            s("--advertise-address=127.0.0.1"),
-            format!("--secure-port={}", st.apiserver_port),
-            format!("--cert-dir={}", dir.join("apiserver-certs").display()),
-            format!("--tls-cert-file={}", pki.serving_cert.display()),
-            format!("--tls-private-key-file={}", pki.serving_key.display()),
-            format!("--client-ca-file={}", pki.ca_cert.display()),
-            s("--authorization-mode=RBAC"),
-            s("--service-account-issuer=https://kubernetes.default.svc"),
-            format!("--service-account-key-file={}", pki.sa_pub.display()),
-            format!(
-                "--service-account-signing-key-file={}",
-                pki.sa_key.display()
-            ),
-            format!("--service-cluster-ip-range={}", addressing::SERVICE_CIDR),
-            s("--allow-privileged=true"),
-            s("--disable-admission-plugins=ServiceAccount"),
-            // The kubernetes Service's endpoints would be 127.0.0.1, which validation rejects.
-            s("--endpoint-reconciler-type=none"),
-            s("--max-requests-inflight=2000"),
-            s("--max-mutating-requests-inflight=1000"),
-            s("--profiling=false"),
-        ],
+        apiserver_args(dir, st, pki),
         dir,
         st,
     )?;
     let client = client_for(&st.kubeconfig).await?;
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        match readyz(&client).await {
-            Ok(_) => break,
-            Err(e) => {
-                if !process::alive(apiserver.pid, &apiserver.binary) {
-                    return Err(died(&apiserver, "exited"));
-                }
-                if !process::alive(etcd.pid, &etcd.binary) {
-                    return Err(died(&etcd, "exited"));
-                }
-                if Instant::now() > deadline {
-                    return Err(died(&apiserver, &format!("/readyz not ok: {e}")));
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_apiserver_ready(&client, &apiserver, &etcd).await?;
     eprintln!(
         "envbridge: kube-apiserver ready at https://127.0.0.1:{}",
         st.apiserver_port
@@ -405,9 +443,13 @@ async fn start_components(
 
 /// Stop every recorded component and remove the state directory.
 pub fn down() -> Result<bool> {
-    let _lock = lock()?;
-    let dir = paths::state_dir();
-    let was_up = match state::load(&dir) {
+    down_in(&paths::state_dir())
+}
+
+/// [`down`] for the plane whose state lives in `dir`.
+pub fn down_in(dir: &Path) -> Result<bool> {
+    let _lock = lock(dir)?;
+    let was_up = match state::load(dir) {
         Ok(Some(st)) => {
             stop_components(&st);
             true
@@ -419,9 +461,89 @@ pub fn down() -> Result<bool> {
         }
     };
     if dir.exists() {
-        std::fs::remove_dir_all(&dir).ctx("removing the state directory", &dir)?;
+        std::fs::remove_dir_all(dir).ctx("removing the state directory", dir)?;
     }
     Ok(was_up)
+}
+
+const APISERVER: &str = "kube-apiserver";
+
+fn recorded(dir: &Path) -> Result<PlaneState> {
+    state::load(dir)?
+        .ok_or_else(|| DevError::NotReady(format!("no control plane in {}", dir.display())))
+}
+
+fn component<'a>(st: &'a PlaneState, name: &str) -> Result<&'a Component> {
+    st.components
+        .iter()
+        .find(|c| c.name == name)
+        .ok_or_else(|| DevError::NotReady(format!("no {name} recorded")))
+}
+
+/// Stops only the kube-apiserver of the plane in `dir` (SIGTERM to its process group,
+/// SIGKILL after `grace`); etcd, the controller manager and kwok keep running, and the
+/// state keeps its port so that [`start_apiserver`] brings it back there. Returns the pid
+/// that was stopped. For fault tests on a PRIVATE plane: other tests share the default one.
+pub fn stop_apiserver(dir: &Path, grace: Duration) -> Result<u32> {
+    let _lock = lock(dir)?;
+    let st = recorded(dir)?;
+    let c = component(&st, APISERVER)?;
+    if !process::alive(c.pid, &c.binary) {
+        return Err(DevError::Invalid(format!(
+            "{APISERVER} (pid {}) is not running",
+            c.pid
+        )));
+    }
+    let killed = process::stop_groups(&[c.pid], grace);
+    eprintln!(
+        "envbridge: stopped {APISERVER} (pid {}){}",
+        c.pid,
+        if killed.is_empty() {
+            ""
+        } else {
+            " with SIGKILL"
+        }
+    );
+    Ok(c.pid)
+}
+
+/// Starts the kube-apiserver of the plane in `dir` again, with the recorded flags, on the
+/// recorded port, against the same etcd; returns once /readyz is ok. An error when it runs.
+pub async fn start_apiserver(dir: &Path) -> Result<ClusterInfo> {
+    let _lock = lock_async(dir).await?;
+    let mut st = recorded(dir)?;
+    let old = component(&st, APISERVER)?.clone();
+    if process::alive(old.pid, &old.binary) {
+        return Err(DevError::Invalid(format!(
+            "{APISERVER} (pid {}) is still running",
+            old.pid
+        )));
+    }
+    let etcd = component(&st, "etcd")?.clone();
+    if !process::alive(etcd.pid, &etcd.binary) {
+        return Err(died(&etcd, "not running"));
+    }
+    // The port was ours until the apiserver died; wait for the kernel to release it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while process::port_open(st.apiserver_port) {
+        if Instant::now() > deadline {
+            return Err(DevError::Invalid(format!(
+                "port {} is still taken",
+                st.apiserver_port
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    st.components.retain(|c| c.name != APISERVER);
+    let args = apiserver_args(dir, &st, &pki::files(&dir.join("pki")));
+    let apiserver = launch(APISERVER, &old.binary, args, dir, &mut st)?;
+    let client = client_for(&st.kubeconfig).await?;
+    wait_apiserver_ready(&client, &apiserver, &etcd).await?;
+    eprintln!(
+        "envbridge: {APISERVER} restarted (pid {}) at https://127.0.0.1:{}",
+        apiserver.pid, st.apiserver_port
+    );
+    Ok(info_of(&st, dir))
 }
 
 /// Report of `dev status`.

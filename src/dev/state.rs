@@ -26,6 +26,10 @@ pub struct PlaneState {
     pub kubeconfig: PathBuf,
     pub nodes: u32,
     pub components: Vec<Component>,
+    /// Flags appended to kube-apiserver's (a private plane's own limits); kept so that a
+    /// restarted apiserver runs as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apiserver_extra_args: Vec<String>,
 }
 
 pub const FILE: &str = "state.json";
@@ -78,6 +82,7 @@ mod tests {
                 binary: "/b/etcd".into(),
                 log: "/l".into(),
             }],
+            apiserver_extra_args: vec!["--max-requests-inflight=10".into()],
         };
         save(dir.path(), &s).expect("save");
         assert_eq!(load(dir.path()).expect("load"), Some(s));

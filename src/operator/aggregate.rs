@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::crd::{FailingTask, Task, TransitionPhase, TransitionRequest, TransitionStatus};
+use crate::plan::ControlMode;
 use crate::state::State;
 
 /// What the environment's tasks add up to.
@@ -15,14 +16,20 @@ pub struct Aggregate {
     pub transition: Option<TransitionStatus>,
 }
 
-/// `tasks` are the environment's Task objects; `expected` is how many it should have (tasks
-/// not created yet count as DEPLOYING).
+/// `tasks` are the environment's Task objects; `expected` is how many non-hook tasks it
+/// should have (tasks not created yet count as DEPLOYING). Hook tasks (`controlMode: hook`)
+/// only count when they failed: they are named in `failing_tasks` (a critical one makes the
+/// environment ERROR); idle or running they decide nothing, and their transition is gated
+/// by [`super::hooks::gate`], not here.
 pub fn aggregate(
     desired: State,
     transition: Option<&TransitionRequest>,
-    tasks: &[&Task],
+    all: &[&Task],
     expected: usize,
 ) -> Aggregate {
+    let is_hook = |t: &Task| t.spec.task.control_mode == ControlMode::Hook;
+    let tasks: Vec<&Task> = all.iter().copied().filter(|t| !is_hook(t)).collect();
+    let tasks = tasks.as_slice();
     let state_of = |t: &Task| {
         t.status
             .as_ref()
@@ -40,7 +47,7 @@ pub fn aggregate(
     let total = tasks.len().max(expected);
     let ready = format!("{}/{}", counts.get(&desired).copied().unwrap_or(0), total);
 
-    let mut failing_tasks: Vec<FailingTask> = tasks
+    let mut failing_tasks: Vec<FailingTask> = all
         .iter()
         .filter(|t| state_of(t) == State::Error)
         .map(|t| FailingTask {
@@ -300,5 +307,26 @@ mod tests {
             (tr.phase, tr.message.as_str()),
             (Failed, "task a (node flp001): a broke")
         );
+    }
+
+    #[test]
+    fn hook_tasks_count_only_when_they_failed() {
+        let c = Some(State::Configured);
+        let mut idle = task("h", true, Some(State::Standby), None);
+        idle.spec.task.control_mode = ControlMode::Hook;
+        let tasks = [
+            task("a", true, c, Some(("t1", TransitionPhase::Succeeded, ""))),
+            idle,
+        ];
+        let a = agg(&tasks, 1, Some(&configure("t1")), State::Configured);
+        assert_eq!((a.state, a.ready.as_str()), (State::Configured, "1/1"));
+        assert_eq!(a.counts, BTreeMap::from([(State::Configured, 1)]));
+        assert_eq!(a.transition.unwrap().phase, TransitionPhase::Succeeded);
+        let mut failed = task("h", true, Some(State::Error), None);
+        failed.spec.task.control_mode = ControlMode::Hook;
+        let tasks = [task("a", true, Some(State::Standby), None), failed];
+        let a = agg(&tasks, 1, None, State::Standby);
+        assert_eq!(a.state, State::Error);
+        assert_eq!(a.failing_tasks[0].name, "h");
     }
 }

@@ -16,14 +16,20 @@ use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use super::aggregate::aggregate;
+use super::hooks;
 use super::names::label_value;
 use super::runtime::Ctx;
 use super::task_sets::{
     ENV_FINALIZER, SetProblem, build_task, collect_tasks, task_up_to_date, tasks_sha256,
 };
 use super::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
-use crate::crd::{Environment, EnvironmentStatus, Task, TaskSet, labels};
+use crate::crd::{
+    Environment, EnvironmentStatus, Task, TaskSet, TransitionPhase, TransitionRequest,
+    TransitionStatus, labels,
+};
+use crate::plan::{ControlMode, TaskRef};
 use crate::state::State;
+use std::collections::{HashMap, HashSet};
 
 pub const COND_SETS: &str = "TaskSetsVerified";
 pub const COND_CREATED: &str = "TasksCreated";
@@ -96,12 +102,27 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
             && t.owner_references().iter().any(|o| o.uid == env_uid)
     };
 
-    if old.observed_generation != generation || !created_before {
+    // With hook tasks the Tasks' transitions are gated step by step (see `hooks`): looked
+    // at on every reconcile, not only when the generation changes.
+    let has_hooks = refs.iter().any(|r| r.control_mode == ControlMode::Hook);
+    let gate = match (&env.spec.transition, has_hooks) {
+        (Some(req), true) => {
+            let now: Vec<Arc<Task>> = ctx.tasks.state().into_iter().filter(|t| mine(t)).collect();
+            Some((req, hook_gate(&env, req, &refs, &now)))
+        }
+        _ => None,
+    };
+    if old.observed_generation != generation || !created_before || gate.is_some() {
         let writes: Vec<Task> = refs
             .iter()
             .filter_map(|r| {
-                let want = build_task(&env, r);
-                match ctx.tasks.get(&reflector_ref::<Task>(&r.name, &ns)) {
+                let mut want = build_task(&env, r);
+                let existing = ctx.tasks.get(&reflector_ref::<Task>(&r.name, &ns));
+                if let Some((req, (gate, start))) = &gate {
+                    want.spec.transition =
+                        gated_transition(r, existing.as_deref(), req, gate, start);
+                }
+                match existing {
                     // Being deleted (killed or replaced): not re-created in this generation.
                     Some(t) if t.metadata.deletion_timestamp.is_some() => None,
                     Some(t) if task_up_to_date(&t, &want) => None,
@@ -163,7 +184,10 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
     let task_refs: Vec<&Task> = tasks.iter().map(|t| t.as_ref()).collect();
     // Every referenced task counts: one not (yet) in the store is DEPLOYING, so a lagging
     // store never makes the environment look complete early.
-    let expected = refs.len();
+    let expected = refs
+        .iter()
+        .filter(|r| r.control_mode != ControlMode::Hook)
+        .count();
     let agg = aggregate(
         env.spec.desired_state,
         env.spec.transition.as_ref(),
@@ -174,10 +198,121 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
     status.counts = agg.counts;
     status.ready = Some(agg.ready);
     status.failing_tasks = agg.failing_tasks;
-    status.transition = agg.transition;
+    status.transition = match &env.spec.transition {
+        Some(req) if has_hooks => {
+            let (gate, _) = hook_gate(&env, req, &refs, &tasks);
+            Some(hook_transition_status(req, &gate.outcome))
+        }
+        _ => agg.transition,
+    };
     publish_changes(&ctx, &env, &old, &status).await;
     write_status(&ctx, &api, &env, &old, status).await?;
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// The hook gate of transition `req` from the environment's Tasks as stored, and the names of
+/// the hook tasks to start now.
+fn hook_gate(
+    env: &Environment,
+    req: &TransitionRequest,
+    refs: &[TaskRef],
+    tasks: &[Arc<Task>],
+) -> (hooks::Gate, HashSet<String>) {
+    let by_name: HashMap<&str, &Task> = tasks
+        .iter()
+        .filter_map(|t| t.metadata.name.as_deref().map(|n| (n, t.as_ref())))
+        .collect();
+    let hook_refs: Vec<&TaskRef> = refs
+        .iter()
+        .filter(|r| r.control_mode == ControlMode::Hook)
+        .collect();
+    let list: Vec<hooks::Hook> = hook_refs
+        .iter()
+        .map(|r| hooks::Hook {
+            name: &r.name,
+            trigger: r.trigger.as_deref().unwrap_or(""),
+            await_: r.r#await.as_deref(),
+            critical: r.critical,
+            run: hook_run(by_name.get(r.name.as_str()).copied(), req),
+        })
+        .collect();
+    // The non-hook tasks' part of the transition, as the aggregate sees it.
+    let plain: Vec<&Task> = by_name.values().copied().collect();
+    let expected = refs.len() - hook_refs.len();
+    let tasks_tr = aggregate(env.spec.desired_state, Some(req), &plain, expected).transition;
+    let tasks = match tasks_tr {
+        Some(t) if t.phase == TransitionPhase::Succeeded => hooks::Tasks::Succeeded,
+        Some(t) if t.phase == TransitionPhase::Failed => hooks::Tasks::Failed(t.message),
+        Some(t) => hooks::Tasks::Waiting(t.message),
+        None => hooks::Tasks::Waiting(String::new()),
+    };
+    let gate = hooks::gate(req.event, &list, &tasks);
+    let start = gate
+        .start
+        .iter()
+        .map(|i| list[*i].name.to_string())
+        .collect();
+    (gate, start)
+}
+
+/// Where hook task `t` stands in transition `req`: its status answered the id (ended), or
+/// its spec carries the id (started), or neither.
+fn hook_run(t: Option<&Task>, req: &TransitionRequest) -> hooks::Run {
+    let Some(t) = t else {
+        return hooks::Run::Idle;
+    };
+    let answered = t
+        .status
+        .as_ref()
+        .and_then(|s| s.transition.as_ref())
+        .filter(|tr| tr.id == req.id);
+    match answered {
+        Some(tr) if tr.phase == TransitionPhase::Failed => hooks::Run::Failed(tr.message.clone()),
+        Some(tr) if tr.phase == TransitionPhase::Succeeded => hooks::Run::Succeeded,
+        _ if t.spec.transition.as_ref().is_some_and(|x| x.id == req.id) => hooks::Run::Started,
+        _ => hooks::Run::Idle,
+    }
+}
+
+/// The transition a Task gets under the hook gate: once given it stays; plain tasks get it
+/// when the gate releases them; hooks when the gate starts them, or at once when the
+/// transition does not trigger them (they answer it without running).
+fn gated_transition(
+    r: &TaskRef,
+    existing: Option<&Task>,
+    req: &TransitionRequest,
+    gate: &hooks::Gate,
+    start: &HashSet<String>,
+) -> Option<TransitionRequest> {
+    let had = existing.and_then(|t| t.spec.transition.clone());
+    let give = had.as_ref().is_some_and(|h| h.id == req.id)
+        || if r.control_mode == ControlMode::Hook {
+            start.contains(&r.name)
+                || !hooks::in_transition(r.trigger.as_deref().unwrap_or(""), req.event)
+        } else {
+            gate.release_tasks
+        };
+    if give { Some(req.clone()) } else { had }
+}
+
+fn hook_transition_status(req: &TransitionRequest, outcome: &hooks::Outcome) -> TransitionStatus {
+    let (phase, message) = match outcome {
+        hooks::Outcome::Running(m) => (TransitionPhase::Running, m.clone()),
+        hooks::Outcome::Succeeded { warnings } if warnings.is_empty() => {
+            (TransitionPhase::Succeeded, String::new())
+        }
+        hooks::Outcome::Succeeded { warnings } => (
+            TransitionPhase::Succeeded,
+            format!("warning: {}", warnings.join("; ")),
+        ),
+        hooks::Outcome::Failed(m) => (TransitionPhase::Failed, m.clone()),
+    };
+    TransitionStatus {
+        id: req.id.clone(),
+        event: req.event,
+        phase,
+        message,
+    }
 }
 
 pub fn error_policy(env: Arc<Environment>, err: &Error, _ctx: Arc<Ctx>) -> Action {
@@ -349,6 +484,8 @@ pub fn status_events(
         use crate::crd::TransitionPhase::*;
         let (ty, outcome) = match tr.phase {
             Running => (EventType::Normal, "Running"),
+            // Non-critical hook tasks failed: a warning.
+            Succeeded if !tr.message.is_empty() => (EventType::Warning, "SucceededWithWarnings"),
             Succeeded => (EventType::Normal, "Succeeded"),
             Failed => (EventType::Warning, "Failed"),
         };
@@ -513,5 +650,84 @@ mod tests {
             "time kept while the status holds"
         );
         assert_eq!(cond[0].reason, "R2");
+    }
+
+    #[test]
+    fn gated_transitions_are_given_once_and_kept() {
+        let req = |id: &str| TransitionRequest {
+            id: id.into(),
+            event: Event::Configure,
+            arguments: Default::default(),
+        };
+        let plain = TaskRef {
+            name: "a".into(),
+            ..Default::default()
+        };
+        let hook = TaskRef {
+            name: "h".into(),
+            control_mode: ControlMode::Hook,
+            trigger: Some("before_CONFIGURE".into()),
+            ..Default::default()
+        };
+        let held = hooks::Gate {
+            start: vec![0],
+            release_tasks: false,
+            outcome: hooks::Outcome::Running(String::new()),
+        };
+        let start = HashSet::from(["h".to_string()]);
+        let with = |tr: Option<TransitionRequest>| {
+            let mut t = Task::new("a", Default::default());
+            t.spec.transition = tr;
+            t
+        };
+        let old = with(Some(req("old")));
+        // Held back: the plain task keeps what it had; the started hook gets it.
+        assert_eq!(
+            gated_transition(&plain, Some(&old), &req("new"), &held, &start),
+            Some(req("old"))
+        );
+        assert_eq!(
+            gated_transition(&plain, None, &req("new"), &held, &start),
+            None
+        );
+        assert_eq!(
+            gated_transition(&hook, Some(&old), &req("new"), &held, &start),
+            Some(req("new"))
+        );
+        assert_eq!(
+            gated_transition(&hook, Some(&old), &req("new"), &held, &HashSet::new()),
+            Some(req("old"))
+        );
+        // Once given, never taken back; released tasks get it.
+        let given = with(Some(req("new")));
+        assert_eq!(
+            gated_transition(&plain, Some(&given), &req("new"), &held, &start),
+            Some(req("new"))
+        );
+        let released = hooks::Gate {
+            release_tasks: true,
+            ..held.clone()
+        };
+        assert_eq!(
+            gated_transition(&plain, Some(&old), &req("new"), &released, &start),
+            Some(req("new"))
+        );
+        // A hook this transition does not trigger answers it at once.
+        let start_hook = TaskRef {
+            trigger: Some("before_START_ACTIVITY".into()),
+            ..hook.clone()
+        };
+        assert_eq!(
+            gated_transition(&start_hook, Some(&old), &req("new"), &held, &HashSet::new()),
+            Some(req("new"))
+        );
+        let outcome = hooks::Outcome::Succeeded {
+            warnings: vec!["hook task h: x".into()],
+        };
+        let st = hook_transition_status(&req("new"), &outcome);
+        assert_eq!(
+            (st.phase, st.message.as_str()),
+            (TransitionPhase::Succeeded, "warning: hook task h: x")
+        );
     }
 }

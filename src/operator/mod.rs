@@ -9,6 +9,7 @@ pub mod args;
 pub mod config;
 pub mod control_api;
 pub mod env_controller;
+pub mod hooks;
 pub mod names;
 pub mod nodes;
 pub mod pod;

@@ -106,12 +106,17 @@ fn log_errors<T>(
 
 /// Resolves once every store has its first complete list. One waiter per store: kube's
 /// `Store::wait_until_ready` wakes a single waiter reliably, not hundreds of reconciles.
+/// Even that wake-up was seen lost (the gate then opened only at the next re-poll, 10 s
+/// later, delaying every first reconcile), so the waiter is re-polled every 100 ms.
 async fn all_listed(stores: Vec<(&'static str, BoxFuture<'static, ()>)>) {
+    const REPOLL: Duration = Duration::from_millis(100);
+    const WARN_EVERY: u32 = 100; // 10 s
     for (name, mut fut) in stores {
-        loop {
-            match tokio::time::timeout(Duration::from_secs(10), &mut fut).await {
-                Ok(()) => break,
-                Err(_) => warn!(store = name, "watch has not listed yet"),
+        let mut polls = 0u32;
+        while tokio::time::timeout(REPOLL, &mut fut).await.is_err() {
+            polls += 1;
+            if polls.is_multiple_of(WARN_EVERY) {
+                warn!(store = name, "watch has not listed yet");
             }
         }
     }

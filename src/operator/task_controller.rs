@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 
 use super::control_api::{self, TaskEndpoint};
 use super::env_controller::set_condition;
+use super::hooks;
 use super::names::{service_name, task_annotations, task_labels};
 use super::nodes::resolve;
 use super::pod::build_pod;
@@ -109,13 +110,23 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         other => other,
     };
     let labels = task_labels(&task.spec.environment, tref);
+    if tref.control_mode == ControlMode::Hook {
+        return drive_hook(task, ctx, st, step, pod.as_deref(), &labels).await;
+    }
     let Some(pod) = pod else {
-        if st
-            .conditions
-            .iter()
-            .any(|c| c.type_ == COND_ENDED && c.status == "True")
-        {
-            step.action = Some(Action::await_change());
+        if ended(st) {
+            if !recover_pending(task, st) {
+                step.action = Some(Action::await_change());
+                return Ok(());
+            }
+            // RECOVER of a task whose process ended: a fresh pod (the old one is gone).
+            info!(task = %name, "RECOVER: creating a new pod");
+            st.conditions.retain(|c| c.type_ != COND_ENDED);
+            st.state = None;
+            st.message = None;
+            st.pod_phase = None;
+            st.pod_ip = None;
+            create_pod(task, ctx, st, step, &labels, None).await?;
             return Ok(());
         }
         if matches!(
@@ -140,7 +151,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
             );
             return Ok(());
         }
-        create_pod(task, ctx, st, step, &labels).await?;
+        create_pod(task, ctx, st, step, &labels, None).await?;
         // The pod first (it has to start), then its Service.
         if st.state != Some(State::Error) {
             ensure_service(task, ctx, &labels).await?;
@@ -150,6 +161,14 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
     ensure_service(task, ctx, &labels).await?;
 
     let view = observe(&pod);
+    if (view.failure.is_some() || view.succeeded) && recover_pending(task, st) {
+        // RECOVER of a task whose ended pod was kept: delete it, then make a fresh one.
+        st.conditions.retain(|c| c.type_ != COND_ENDED);
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        delete_ignore_missing(&api, &name, "Pod", &ns).await?;
+        step.action = Some(Action::requeue(Duration::from_secs(1)));
+        return Ok(());
+    }
     st.pod_phase = Some(view.phase.clone());
     st.pod_ip = view.ip.clone();
     st.node_name = pod
@@ -186,6 +205,8 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         step.action = Some(Action::await_change());
         return Ok(());
     }
+    // A live pod: its process has not ended (a status read before a RECOVER may say so).
+    st.conditions.retain(|c| c.type_ != COND_ENDED);
     let (Some(ip), true) = (view.ip.as_deref(), view.phase == "Running") else {
         if st.state.is_none() {
             st.state = Some(State::Deploying);
@@ -251,6 +272,166 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
     transition(task, st, &ep, deadline, protocol).await;
     Ok(())
 }
+
+fn ended(st: &TaskStatus) -> bool {
+    st.conditions
+        .iter()
+        .any(|c| c.type_ == COND_ENDED && c.status == "True")
+}
+
+/// A RECOVER not yet answered while the task is in ERROR.
+fn recover_pending(task: &Task, st: &TaskStatus) -> bool {
+    st.state == Some(State::Error)
+        && task.spec.transition.as_ref().is_some_and(|req| {
+            req.event == Event::Recover && st.transition.as_ref().map(|t| &t.id) != Some(&req.id)
+        })
+}
+
+/// A hook task: no pod while idle; when its Environment gives it a transition that
+/// triggers it (the environment controller decides when, see `hooks`), one pod runs to
+/// completion; its end (or `timeoutSeconds`) answers the transition. STANDBY idle, RUNNING
+/// while the pod runs, back to STANDBY after; ERROR when it failed and is critical (until the
+/// environment's next transition).
+async fn drive_hook(
+    task: &Task,
+    ctx: &Ctx,
+    st: &mut TaskStatus,
+    step: &mut Step,
+    pod: Option<&Pod>,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<()> {
+    let ns = task.namespace().unwrap_or_default();
+    let name = task.name_any();
+    let tref = &task.spec.task;
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let trigger = tref.trigger.as_deref().unwrap_or("");
+    let pending = task
+        .spec
+        .transition
+        .as_ref()
+        .filter(|r| st.transition.as_ref().map(|t| &t.id) != Some(&r.id));
+    let run_of = |p: &Pod| p.annotations().get(HOOK_RUN).cloned();
+    // A bad trigger/await is reported here (the gate never starts such a hook); it also
+    // answers a pending transition as failed.
+    let bad = hooks::parse_moment("trigger", trigger).err().or_else(|| {
+        tref.r#await
+            .as_deref()
+            .and_then(|a| hooks::parse_moment("await", a).err())
+    });
+    if let Some(e) = bad {
+        fail(st, task, format!("hook task: {e}"));
+        step.action = Some(Action::await_change());
+        return Ok(());
+    }
+    let Some(req) = pending else {
+        if matches!(st.state, None | Some(State::Deploying | State::Running)) {
+            st.state = Some(State::Standby);
+        }
+        // A pod left over (abandoned run, or ended and kept): a running one goes.
+        if let Some(p) = pod {
+            let v = observe(p);
+            if !(ctx.args.keep_pods && (v.succeeded || v.failure.is_some())) {
+                delete_ignore_missing(&api, &name, "Pod", &ns).await?;
+            }
+        }
+        step.action = Some(Action::await_change());
+        return Ok(());
+    };
+    let answer = |st: &mut TaskStatus, phase, message: String| {
+        st.transition = Some(TransitionStatus {
+            id: req.id.clone(),
+            event: req.event,
+            phase,
+            message,
+        });
+    };
+    if !hooks::in_transition(trigger, req.event) {
+        // Not triggered by this transition: answered without running; a failure of an
+        // earlier run is cleared.
+        answer(st, TransitionPhase::Succeeded, String::new());
+        if matches!(
+            st.state,
+            None | Some(State::Deploying | State::Running | State::Error)
+        ) {
+            st.state = Some(State::Standby);
+            st.message = None;
+        }
+        step.action = Some(Action::requeue(Duration::from_secs(1)));
+        return Ok(());
+    }
+    let deadline = ctx.args.control_deadline(tref.timeout_seconds);
+    let pod = match pod {
+        // A pod of an earlier run (kept, or being deleted): gone first.
+        Some(p) if run_of(p).as_deref() != Some(req.id.as_str()) => {
+            if p.metadata.deletion_timestamp.is_none() {
+                delete_ignore_missing(&api, &name, "Pod", &ns).await?;
+            }
+            step.action = Some(Action::requeue(Duration::from_secs(1)));
+            return Ok(());
+        }
+        Some(p) => p,
+        None => {
+            info!(task = %name, transition = %req.id, event = %req.event, "hook: starting its pod");
+            create_pod(task, ctx, st, step, labels, Some(&req.id)).await?;
+            if st.state != Some(State::Error) {
+                st.state = Some(State::Running);
+                st.message = None;
+                st.pod_phase = None;
+                step.write_status = true;
+                step.action = Some(Action::requeue(deadline));
+            }
+            return Ok(());
+        }
+    };
+    let view = observe(pod);
+    st.pod_phase = Some(view.phase.clone());
+    st.pod_ip = view.ip.clone();
+    st.node_name = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .or(st.node_name.take());
+    let age = pod_age(pod);
+    let failure = match (view.failure, view.succeeded) {
+        (Some(f), _) => Some(f),
+        (None, true) => None,
+        (None, false) if age >= deadline => {
+            // Still running at its deadline: stopped (even with --keep-pods).
+            delete_ignore_missing(&api, &name, "Pod", &ns).await?;
+            Some(format!("timed out after {}s", deadline.as_secs()))
+        }
+        (None, false) => {
+            st.state = Some(State::Running);
+            step.action = Some(Action::requeue(deadline - age));
+            return Ok(());
+        }
+    };
+    match failure {
+        None => {
+            info!(task = %name, transition = %req.id, "hook succeeded");
+            answer(st, TransitionPhase::Succeeded, String::new());
+            st.state = Some(State::Standby);
+            st.message = None;
+        }
+        Some(why) => {
+            warn!(task = %name, transition = %req.id, critical = tref.critical, %why, "hook failed");
+            answer(st, TransitionPhase::Failed, why.clone());
+            if tref.critical {
+                st.state = Some(State::Error);
+                st.message = Some(format!("hook failed: {why}"));
+            } else {
+                st.state = Some(State::Standby);
+                st.message = Some(format!("hook failed (not critical): {why}"));
+            }
+        }
+    }
+    step.delete_pod = true;
+    step.action = Some(Action::await_change());
+    Ok(())
+}
+
+/// Pod annotation: the transition id a hook task's pod runs for.
+pub const HOOK_RUN: &str = "envbridge.dev/hook-run";
 
 /// Performs the task's pending transition (the one whose id its status has not recorded).
 async fn transition(
@@ -371,10 +552,15 @@ async fn create_pod(
     st: &mut TaskStatus,
     step: &mut Step,
     labels: &std::collections::BTreeMap<String, String>,
+    hook_run: Option<&str>,
 ) -> Result<()> {
     let ns = task.namespace().unwrap_or_default();
     let name = task.name_any();
     let tref = &task.spec.task;
+    let mut annotations = task_annotations(tref);
+    if let Some(run) = hook_run {
+        annotations.insert(HOOK_RUN.into(), run.into());
+    }
     let node = match resolve(
         &tref.node,
         ctx.nodes
@@ -411,7 +597,7 @@ async fn create_pod(
         &template.spec,
         &node,
         labels,
-        &task_annotations(tref),
+        &annotations,
         &ctx.pod_settings,
     ) {
         Ok(p) => p,

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use tokio::time::Instant;
 
-use super::{EnvKey, Phase, Roster};
+use super::{EnvKey, Phase, Roster, TaskRecord};
 use crate::state::State;
 
 /// A task that failed the transition (or is reported as failing by the environment).
@@ -50,7 +50,105 @@ pub struct Progress {
     pub counts: BTreeMap<State, u32>,
 }
 
+/// The tasks of one environment weighed against a target: what failed, what is done.
+struct Tally {
+    failures: Vec<Failure>,
+    warnings: Vec<Failure>,
+    progress: Progress,
+}
+
+impl Failure {
+    fn of(t: &TaskRecord) -> Failure {
+        Failure {
+            task: t.name.to_string(),
+            node: t.node.to_string(),
+            path: t.path.to_string(),
+            critical: t.critical,
+            message: t
+                .message
+                .as_deref()
+                .unwrap_or("failed without a message")
+                .to_string(),
+        }
+    }
+}
+
+impl Tally {
+    /// The call fails when a critical task did.
+    fn failed(self) -> Result<Outcome, Progress> {
+        let names: Vec<_> = self.failures.iter().map(|f| f.task.as_str()).collect();
+        let message = format!(
+            "{} critical task(s) failed: {}",
+            self.failures.len(),
+            names.join(", ")
+        );
+        Ok(Outcome::Failed {
+            message,
+            failures: self.failures,
+            warnings: self.warnings,
+        })
+    }
+
+    fn all_done(&self) -> bool {
+        self.progress.seen >= self.progress.expected && self.progress.done == self.progress.seen
+    }
+}
+
 impl Roster {
+    /// Weighs every task of `env` (whose record says `expected` tasks) against `target`.
+    /// With a transition `(id, since)` only tasks whose status names `id` count as done, and
+    /// an ERROR counts when the task names `id` or turned ERROR after `since`; without one,
+    /// every task counts as it stands.
+    fn tally(
+        &self,
+        env: &EnvKey,
+        expected: usize,
+        transition: Option<(&str, SystemTime)>,
+        target: State,
+    ) -> Tally {
+        let mut tally = Tally {
+            failures: Vec::new(),
+            warnings: Vec::new(),
+            progress: Progress {
+                expected,
+                ..Progress::default()
+            },
+        };
+        self.with_tasks(env, |tasks| {
+            for t in tasks {
+                tally.progress.seen += 1;
+                *tally.progress.counts.entry(t.state).or_insert(0) += 1;
+                let (acted, failed_here, recent) = match transition {
+                    Some((id, since)) => {
+                        let named = t.transition.as_ref().filter(|(tid, _)| &**tid == id);
+                        (
+                            named.is_some(),
+                            named.is_some_and(|(_, p)| *p == Phase::Failed),
+                            t.changed_at >= since,
+                        )
+                    }
+                    None => (true, false, true),
+                };
+                let errored =
+                    t.state == State::Error && target != State::Error && (acted || recent);
+                if errored || failed_here {
+                    let f = Failure::of(t);
+                    if t.critical {
+                        tally.failures.push(f);
+                    } else {
+                        tally.warnings.push(f);
+                        tally.progress.done += 1;
+                    }
+                } else if acted && t.state == target {
+                    tally.progress.done += 1;
+                }
+            }
+        });
+        tally.failures.sort_by(|a, b| a.task.cmp(&b.task));
+        tally.warnings.sort_by(|a, b| a.task.cmp(&b.task));
+        tally
+    }
+
     /// The outcome of transition `id` towards `target` on `env`, or its progress while pending.
     /// `since` is when it was requested: an ERROR reported after it counts even when the task's
     /// status does not (yet) name the transition, one from before it is stale.
@@ -64,56 +162,14 @@ impl Roster {
         let Some(rec) = self.env(env) else {
             return Err(Progress::default());
         };
-        let mut failures = Vec::new();
-        let mut warnings = Vec::new();
-        let mut progress = Progress {
-            expected: rec.tasks as usize,
-            ..Progress::default()
-        };
-        self.with_tasks(env, |tasks| {
-            for t in tasks {
-                progress.seen += 1;
-                *progress.counts.entry(t.state).or_insert(0) += 1;
-                let acted = t.transition.as_ref().is_some_and(|(tid, _)| &**tid == id);
-                let failed_here = acted
-                    && t.transition
-                        .as_ref()
-                        .is_some_and(|(_, p)| *p == Phase::Failed);
-                let errored = t.state == State::Error
-                    && target != State::Error
-                    && (acted || t.changed_at >= since);
-                if errored || failed_here {
-                    let f = Failure {
-                        task: t.name.to_string(),
-                        node: t.node.to_string(),
-                        path: t.path.to_string(),
-                        critical: t.critical,
-                        message: t
-                            .message
-                            .as_deref()
-                            .unwrap_or("failed without a message")
-                            .to_string(),
-                    };
-                    if t.critical {
-                        failures.push(f);
-                    } else {
-                        warnings.push(f);
-                        progress.done += 1;
-                    }
-                } else if acted && t.state == target {
-                    progress.done += 1;
-                }
-            }
-        });
-        failures.sort_by(|a, b| a.task.cmp(&b.task));
-        warnings.sort_by(|a, b| a.task.cmp(&b.task));
+        let mut tally = self.tally(env, rec.tasks as usize, Some((id, since)), target);
         let observed = rec.observed.as_ref().filter(|o| &*o.id == id);
         if let Some(o) = observed
             && o.phase == Phase::Failed
-            && failures.is_empty()
+            && tally.failures.is_empty()
         {
             // The operator gave up on it (e.g. a task could not be placed): take its word.
-            failures = rec
+            tally.failures = rec
                 .failing
                 .iter()
                 .filter(|f| f.critical)
@@ -132,32 +188,21 @@ impl Roster {
                 .to_string();
             return Ok(Outcome::Failed {
                 message,
-                failures,
-                warnings,
+                failures: tally.failures,
+                warnings: tally.warnings,
             });
         }
-        if !failures.is_empty() {
-            let names: Vec<_> = failures.iter().map(|f| f.task.as_str()).collect();
-            let message = format!(
-                "{} critical task(s) failed: {}",
-                failures.len(),
-                names.join(", ")
-            );
-            return Ok(Outcome::Failed {
-                message,
-                failures,
-                warnings,
-            });
+        if !tally.failures.is_empty() {
+            return tally.failed();
         }
-        let all_tasks_done = progress.seen >= progress.expected && progress.done == progress.seen;
         let env_says_done = observed.is_some_and(|o| o.phase == Phase::Succeeded);
-        if all_tasks_done || env_says_done {
+        if tally.all_done() || env_says_done {
             return Ok(Outcome::Reached {
-                tasks: progress.seen,
-                warnings,
+                tasks: tally.progress.seen,
+                warnings: tally.warnings,
             });
         }
-        Err(progress)
+        Err(tally.progress)
     }
 
     /// Like [`Roster::evaluate`] without a transition id: every task in `target` (a fresh
@@ -166,60 +211,40 @@ impl Roster {
         let Some(rec) = self.env(env) else {
             return Err(Progress::default());
         };
-        let mut progress = Progress {
-            expected: rec.tasks as usize,
-            ..Progress::default()
-        };
-        let (mut failures, mut warnings) = (Vec::new(), Vec::new());
-        self.with_tasks(env, |tasks| {
-            for t in tasks {
-                progress.seen += 1;
-                *progress.counts.entry(t.state).or_insert(0) += 1;
-                if t.state == State::Error && target != State::Error {
-                    let f = Failure {
-                        task: t.name.to_string(),
-                        node: t.node.to_string(),
-                        path: t.path.to_string(),
-                        critical: t.critical,
-                        message: t
-                            .message
-                            .as_deref()
-                            .unwrap_or("failed without a message")
-                            .to_string(),
-                    };
-                    if t.critical {
-                        failures.push(f);
-                    } else {
-                        progress.done += 1;
-                        warnings.push(f);
-                    }
-                } else if t.state == target {
-                    progress.done += 1;
-                }
-            }
-        });
-        failures.sort_by(|a, b| a.task.cmp(&b.task));
-        warnings.sort_by(|a, b| a.task.cmp(&b.task));
-        if !failures.is_empty() {
-            let names: Vec<_> = failures.iter().map(|f| f.task.as_str()).collect();
-            let message = format!(
-                "{} critical task(s) failed: {}",
-                failures.len(),
-                names.join(", ")
-            );
-            return Ok(Outcome::Failed {
-                message,
-                failures,
-                warnings,
-            });
+        let tally = self.tally(env, rec.tasks as usize, None, target);
+        if !tally.failures.is_empty() {
+            return tally.failed();
         }
-        if progress.seen >= progress.expected && progress.done == progress.seen {
+        if tally.all_done() {
             return Ok(Outcome::Reached {
-                tasks: progress.seen,
-                warnings,
+                tasks: tally.progress.seen,
+                warnings: tally.warnings,
             });
         }
-        Err(progress)
+        Err(tally.progress)
+    }
+
+    /// Re-evaluates `eval` on every roster change until it is `Ok` or `deadline` passes
+    /// (then its last answer).
+    async fn wait_on<T, P>(
+        &self,
+        deadline: Instant,
+        mut eval: impl FnMut(&Roster) -> Result<T, P>,
+    ) -> Result<T, P> {
+        let mut version = self.version();
+        loop {
+            version.borrow_and_update();
+            let pending = eval(self);
+            if pending.is_ok() {
+                return pending;
+            }
+            tokio::select! {
+                changed = version.changed() => {
+                    if changed.is_err() { return eval(self) }
+                }
+                _ = tokio::time::sleep_until(deadline) => return eval(self),
+            }
+        }
     }
 
     /// Waits until every task of `env` is in `target` (see [`Roster::evaluate_state`]).
@@ -229,20 +254,8 @@ impl Roster {
         target: State,
         deadline: Instant,
     ) -> Result<Outcome, Progress> {
-        let mut version = self.version();
-        loop {
-            version.borrow_and_update();
-            let pending = match self.evaluate_state(env, target) {
-                Ok(outcome) => return Ok(outcome),
-                Err(p) => p,
-            };
-            tokio::select! {
-                changed = version.changed() => {
-                    if changed.is_err() { return Err(pending) }
-                }
-                _ = tokio::time::sleep_until(deadline) => return Err(pending),
-            }
-        }
+        self.wait_on(deadline, |r| r.evaluate_state(env, target))
+            .await
     }
 
     /// Waits until transition `id` finishes on `env` or `deadline` passes (then its progress).
@@ -254,20 +267,8 @@ impl Roster {
         since: SystemTime,
         deadline: Instant,
     ) -> Result<Outcome, Progress> {
-        let mut version = self.version();
-        loop {
-            version.borrow_and_update();
-            let pending = match self.evaluate(env, id, target, since) {
-                Ok(outcome) => return Ok(outcome),
-                Err(p) => p,
-            };
-            tokio::select! {
-                changed = version.changed() => {
-                    if changed.is_err() { return Err(pending) }
-                }
-                _ = tokio::time::sleep_until(deadline) => return Err(pending),
-            }
-        }
+        self.wait_on(deadline, |r| r.evaluate(env, id, target, since))
+            .await
     }
 
     /// Waits until `done(self)` holds or `deadline` passes; returns whether it held.
@@ -276,18 +277,8 @@ impl Roster {
         deadline: Instant,
         mut done: impl FnMut(&Roster) -> bool,
     ) -> bool {
-        let mut version = self.version();
-        loop {
-            version.borrow_and_update();
-            if done(self) {
-                return true;
-            }
-            tokio::select! {
-                changed = version.changed() => {
-                    if changed.is_err() { return done(self) }
-                }
-                _ = tokio::time::sleep_until(deadline) => return done(self),
-            }
-        }
+        self.wait_on(deadline, |r| if done(r) { Ok(()) } else { Err(()) })
+            .await
+            .is_ok()
     }
 }

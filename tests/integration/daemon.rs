@@ -3,10 +3,12 @@
 //! restart, leader election. The cluster side is played by `sim` (see its doc) so that
 //! delays and failures are exact.
 
+#[path = "daemon/apf.rs"]
+mod apf;
 #[path = "daemon/fixture.rs"]
 mod fixture;
-#[path = "daemon/proxy.rs"]
-mod proxy;
+#[path = "daemon/plane.rs"]
+mod plane;
 #[path = "daemon/sim.rs"]
 mod sim;
 
@@ -20,10 +22,11 @@ use envbridge::crd::{Environment, Task, TaskSet};
 use envbridge::roster::EnvKey;
 use envbridge::server::pb;
 use envbridge::state::{Event, State};
-use fixture::{Daemon, Templates, fixed_ns, install_crds, names, test_renderer};
+use fixture::{Daemon, Setup, fixed_ns, names};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use plane::PrivatePlane;
 use sim::{Sim, SimConfig};
 
 use crate::support::{self, TestNamespace};
@@ -64,36 +67,19 @@ fn transition(id: &str, event: &str, args: &[(&str, &str)]) -> pb::TransitionReq
 
 #[tokio::test]
 async fn readout_dataflow_lifecycle_through_the_api() {
-    let ns = TestNamespace::new("daemon-life").await;
-    install_crds(&ns.client).await;
-    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
-    let _sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
-    let d = Daemon::start(
-        ns.client.clone(),
-        fixed_ns(&ns.name),
-        test_renderer(&tpl.prefix),
-    )
-    .await;
+    let ns = Setup::shared("daemon-life").await;
+    let _sim = ns.sim(SimConfig::default());
+    let d = ns.daemon().await;
     let mut api = d.client().await;
 
     let key = format!("{}-run", ns.name);
-    let created = api
-        .create_environment(create_req(&key, "flp001,flp002,flp003", 47100))
-        .await
-        .expect("create")
-        .into_inner();
+    let created = fixture::create(&mut api, create_req(&key, "flp001,flp002,flp003", 47100)).await;
     assert!(created.created);
     assert_eq!((created.tasks, created.nodes), (9, 3));
     assert_eq!(created.outcome, "reached", "{}", created.message);
 
     // Its tasks are in the roster, with node, state and pod data.
-    let env = api
-        .get_environment(pb::GetEnvironmentRequest {
-            id: created.id.clone(),
-        })
-        .await
-        .expect("get")
-        .into_inner();
+    let env = fixture::get(&mut api, &created.id).await;
     assert_eq!(env.tasks.len(), 9);
     assert!(
         env.tasks
@@ -107,11 +93,7 @@ async fn readout_dataflow_lifecycle_through_the_api() {
     );
 
     // A retried create (same idempotency key) returns the same environment, makes no second one.
-    let again = api
-        .create_environment(create_req(&key, "flp001,flp002,flp003", 47100))
-        .await
-        .expect("retry")
-        .into_inner();
+    let again = fixture::create(&mut api, create_req(&key, "flp001,flp002,flp003", 47100)).await;
     assert!(!again.created);
     assert_eq!(again.id, created.id);
     assert_eq!(names::<Environment>(&ns.client, &ns.name).await.len(), 1);
@@ -127,23 +109,13 @@ async fn readout_dataflow_lifecycle_through_the_api() {
         ("STOP", &[][..], "CONFIGURED"),
         ("RESET", &[][..], "STANDBY"),
     ] {
-        let r = api
-            .transition(transition(&created.id, event, args))
-            .await
-            .expect(event)
-            .into_inner();
+        let r = fixture::run_transition(&mut api, transition(&created.id, event, args)).await;
         assert!(r.ok, "{event}: {} {:?}", r.message, r.failures);
         assert_eq!(
             (r.outcome.as_str(), r.tasks, r.target_state.as_str()),
             ("reached", 9, target)
         );
-        let env = api
-            .get_environment(pb::GetEnvironmentRequest {
-                id: created.id.clone(),
-            })
-            .await
-            .expect("get")
-            .into_inner();
+        let env = fixture::get(&mut api, &created.id).await;
         assert!(
             env.tasks
                 .iter()
@@ -170,52 +142,22 @@ async fn readout_dataflow_lifecycle_through_the_api() {
 
     // Kill one task: it is deleted, leaves the roster, and is not brought back.
     let victim = format!("{}-flp002-stfsender", created.id);
-    let killed = api
-        .kill_task(pb::KillTaskRequest {
-            id: created.id.clone(),
-            task: victim.clone(),
-            timeout_seconds: 30,
-        })
-        .await
-        .expect("kill");
-    assert!(killed.into_inner().gone);
+    assert!(fixture::kill(&mut api, &created.id, &victim).await);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!names::<Task>(&ns.client, &ns.name).await.contains(&victim));
-    let env = api
-        .get_environment(pb::GetEnvironmentRequest {
-            id: created.id.clone(),
-        })
-        .await
-        .expect("get")
-        .into_inner();
+    let env = fixture::get(&mut api, &created.id).await;
     assert_eq!((env.tasks.len(), env.tasks_expected), (8, 8));
     // ... and the environment still transitions without it.
-    let r = api
-        .transition(transition(&created.id, "CONFIGURE", &[]))
-        .await
-        .expect("configure")
-        .into_inner();
+    let r = fixture::run_transition(&mut api, transition(&created.id, "CONFIGURE", &[])).await;
     assert!(r.ok && r.tasks == 8, "{}", r.message);
 
     // Destroy: Environment, Tasks and TaskSets are gone.
-    let gone = api
-        .destroy_environment(pb::DestroyEnvironmentRequest {
-            id: created.id.clone(),
-            wait: true,
-            timeout_seconds: 60,
-        })
-        .await
-        .expect("destroy")
-        .into_inner();
+    let gone = fixture::destroy(&mut api, &created.id, 60).await;
     assert!(gone.gone, "{}", gone.message);
     assert!(names::<Environment>(&ns.client, &ns.name).await.is_empty());
     assert!(names::<Task>(&ns.client, &ns.name).await.is_empty());
     assert!(names::<TaskSet>(&ns.client, &ns.name).await.is_empty());
-    let listed = api
-        .list_environments(pb::ListEnvironmentsRequest {})
-        .await
-        .expect("list")
-        .into_inner();
+    let listed = fixture::list(&mut api).await;
     assert!(listed.environments.is_empty(), "{:?}", listed.environments);
 
     // /healthz and /metrics answer on the HTTP listener.
@@ -247,20 +189,14 @@ async fn readout_dataflow_lifecycle_through_the_api() {
 
 #[tokio::test]
 async fn a_failing_configure_fails_the_call_at_once_naming_the_task() {
-    let ns = TestNamespace::new("daemon-fail").await;
-    install_crds(&ns.client).await;
-    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
-    let sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
+    let ns = Setup::shared("daemon-fail").await;
+    let sim = ns.sim(SimConfig::default());
     let mut cfg = fixed_ns(&ns.name);
     cfg.transition_timeouts
         .insert(Event::Configure, Duration::from_secs(60));
-    let d = Daemon::start(ns.client.clone(), cfg, test_renderer(&tpl.prefix)).await;
+    let d = ns.daemon_with(cfg).await;
     let mut api = d.client().await;
-    let c = api
-        .create_environment(create_req("", "flp001,flp002,flp003", 47100))
-        .await
-        .expect("create")
-        .into_inner();
+    let c = fixture::create(&mut api, create_req("", "flp001,flp002,flp003", 47100)).await;
     assert_eq!(c.outcome, "reached", "{}", c.message);
 
     let bad = format!("{}-flp002-stfbuilder", c.id);
@@ -272,7 +208,7 @@ async fn a_failing_configure_fails_the_call_at_once_naming_the_task() {
     let mut req = transition(&c.id, "CONFIGURE", &[]);
     req.timeout_seconds = 0; // the configured 60 s: the answer must come long before
     let started = Instant::now();
-    let r = api.transition(req).await.expect("transition").into_inner();
+    let r = fixture::run_transition(&mut api, req).await;
     let took = started.elapsed();
     assert!(!r.ok);
     assert_eq!(r.outcome, "failed");
@@ -289,26 +225,19 @@ async fn a_failing_configure_fails_the_call_at_once_naming_the_task() {
     );
 
     // The CLI prints the failing task and exits non-zero.
-    let env_id = c.id.clone();
     sim.fail(&bad, Event::Recover, "still broken");
     let addr = format!("http://{}", d.grpc);
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
-            .args([
-                "env",
-                "transition",
-                &env_id,
-                "RECOVER",
-                "--addr",
-                &addr,
-                "--timeout",
-                "30",
-            ])
-            .output()
-            .expect("run the CLI")
-    })
-    .await
-    .expect("cli");
+    let out = fixture::cli(&[
+        "env",
+        "transition",
+        &c.id,
+        "RECOVER",
+        "--addr",
+        &addr,
+        "--timeout",
+        "30",
+    ])
+    .await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -322,15 +251,7 @@ async fn a_failing_configure_fails_the_call_at_once_naming_the_task() {
     );
 
     // -o json from `env get` carries the tasks.
-    let (env_id, addr) = (c.id.clone(), format!("http://{}", d.grpc));
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
-            .args(["env", "get", &env_id, "--addr", &addr, "-o", "json"])
-            .output()
-            .expect("run the CLI")
-    })
-    .await
-    .expect("cli");
+    let out = fixture::cli(&["env", "get", &c.id, "--addr", &addr, "-o", "json"]).await;
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["tasks"].as_array().map(Vec::len), Some(9));
@@ -345,20 +266,13 @@ async fn a_failing_configure_fails_the_call_at_once_naming_the_task() {
 
 #[tokio::test]
 async fn a_non_critical_failure_is_reported_but_does_not_fail() {
-    let ns = TestNamespace::new("daemon-soft").await;
-    install_crds(&ns.client).await;
-    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
-    let sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
-    let d = Daemon::start(
-        ns.client.clone(),
-        fixed_ns(&ns.name),
-        test_renderer(&tpl.prefix),
-    )
-    .await;
+    let ns = Setup::shared("daemon-soft").await;
+    let sim = ns.sim(SimConfig::default());
+    let d = ns.daemon().await;
     // Objects with one non-critical task, applied directly.
     let mut objs = fixture::readout_dataflow(
         "soft",
-        &tpl.prefix,
+        &ns.tpl.prefix,
         &fixture::hosts(1),
         47300,
         &Default::default(),
@@ -370,26 +284,10 @@ async fn a_non_critical_failure_is_reported_but_does_not_fail() {
         "readout-dataflow",
         objs.task_sets[0].spec.tasks.clone(),
     );
-    d.bridge
-        .apply(objs, &ns.name, &Default::default())
-        .await
-        .expect("apply");
+    fixture::apply_standby(&d, &ns.name, objs).await;
     let mut api = d.client().await;
-    support::wait_for("3 STANDBY tasks", WAIT, || async {
-        let e = d.bridge.roster.env(&EnvKey::new(&ns.name, "soft"))?;
-        (d.bridge
-            .roster
-            .evaluate_state(&e.key, State::Standby)
-            .is_ok())
-        .then_some(())
-    })
-    .await;
     sim.fail("soft-flp001-stfsender", Event::Configure, "qc unavailable");
-    let r = api
-        .transition(transition("soft", "CONFIGURE", &[]))
-        .await
-        .expect("configure")
-        .into_inner();
+    let r = fixture::run_transition(&mut api, transition("soft", "CONFIGURE", &[])).await;
     assert!(r.ok, "{}", r.message);
     assert_eq!(r.warnings.len(), 1);
     assert_eq!(r.warnings[0].task, "soft-flp001-stfsender");
@@ -398,18 +296,11 @@ async fn a_non_critical_failure_is_reported_but_does_not_fail() {
 
 #[tokio::test]
 async fn invalid_requests_list_every_problem_and_write_nothing() {
-    let ns = TestNamespace::new("daemon-invalid").await;
-    install_crds(&ns.client).await;
-    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
-    let d = Daemon::start(
-        ns.client.clone(),
-        fixed_ns(&ns.name),
-        test_renderer(&tpl.prefix),
-    )
-    .await;
+    let ns = Setup::shared("daemon-invalid").await;
+    let d = ns.daemon().await;
     let mut objs = fixture::readout_dataflow(
         "bad",
-        &tpl.prefix,
+        &ns.tpl.prefix,
         &fixture::hosts(2),
         47100,
         &Default::default(),
@@ -447,28 +338,13 @@ async fn invalid_requests_list_every_problem_and_write_nothing() {
 
 #[tokio::test]
 async fn ports_stay_disjoint_across_live_environments() {
-    let ns = TestNamespace::new("daemon-ports").await;
-    install_crds(&ns.client).await;
-    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
-    let _sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
-    let d = Daemon::start(
-        ns.client.clone(),
-        fixed_ns(&ns.name),
-        test_renderer(&tpl.prefix),
-    )
-    .await;
+    let ns = Setup::shared("daemon-ports").await;
+    let _sim = ns.sim(SimConfig::default());
+    let d = ns.daemon().await;
     let mut api = d.client().await;
-    let a = api
-        .create_environment(create_req("a", "flp001,flp002", 47100))
-        .await
-        .expect("a")
-        .into_inner();
+    let a = fixture::create(&mut api, create_req("a", "flp001,flp002", 47100)).await;
     // Same nodes, same preferred range: the second must get other ports.
-    let b = api
-        .create_environment(create_req("b", "flp002,flp003", 47100))
-        .await
-        .expect("b")
-        .into_inner();
+    let b = fixture::create(&mut api, create_req("b", "flp002,flp003", 47100)).await;
     let ports = |id: &str| {
         let key = EnvKey::new(&ns.name, id);
         let mut m: HashMap<String, Vec<u16>> = HashMap::new();
@@ -489,7 +365,7 @@ async fn ports_stay_disjoint_across_live_environments() {
     // Applying objects that reuse a live environment's ports is refused.
     let clash = fixture::readout_dataflow(
         "clash",
-        &tpl.prefix,
+        &ns.tpl.prefix,
         &fixture::hosts(1),
         47100,
         &Default::default(),
@@ -509,9 +385,7 @@ async fn ports_stay_disjoint_across_live_environments() {
 
 #[tokio::test]
 async fn destroy_and_recreate_at_once_while_the_old_namespace_terminates() {
-    let ns = TestNamespace::new("daemon-nsre").await;
-    install_crds(&ns.client).await;
-    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let ns = Setup::shared("daemon-nsre").await;
     let prefix = format!("{}-", ns.name);
     let cfg = BridgeConfig {
         namespaces: NamespaceMode::PerEnvironment {
@@ -521,18 +395,14 @@ async fn destroy_and_recreate_at_once_while_the_old_namespace_terminates() {
         namespace_gone_timeout: Duration::from_secs(90),
         ..BridgeConfig::default()
     };
-    let d = Daemon::start(ns.client.clone(), cfg, test_renderer(&tpl.prefix)).await;
+    let d = ns.daemon_with(cfg).await;
     let mut api = d.client().await;
     let id = "e1";
     let env_ns = format!("{prefix}{id}");
     let _sim = Sim::start(ns.client.clone(), &env_ns, SimConfig::default());
     let mut req = create_req("", "flp001", 47500);
     req.env_id = id.into();
-    let c = api
-        .create_environment(req.clone())
-        .await
-        .expect("create")
-        .into_inner();
+    let c = fixture::create(&mut api, req.clone()).await;
     assert_eq!(
         (c.namespace.as_str(), c.outcome.as_str()),
         (env_ns.as_str(), "reached")
@@ -568,15 +438,7 @@ async fn destroy_and_recreate_at_once_while_the_old_namespace_terminates() {
         })
     };
 
-    let gone = api
-        .destroy_environment(pb::DestroyEnvironmentRequest {
-            id: id.into(),
-            wait: true,
-            timeout_seconds: 60,
-        })
-        .await
-        .expect("destroy")
-        .into_inner();
+    let gone = fixture::destroy(&mut api, id, 60).await;
     assert!(gone.gone, "{}", gone.message);
     let old = nss.get(&env_ns).await.expect("old namespace still there");
     assert!(
@@ -585,11 +447,7 @@ async fn destroy_and_recreate_at_once_while_the_old_namespace_terminates() {
     );
 
     // Re-create at once under the same name: waits for the old namespace, then succeeds.
-    let again = api
-        .create_environment(req)
-        .await
-        .expect("re-create")
-        .into_inner();
+    let again = fixture::create(&mut api, req).await;
     assert!(again.created);
     assert_eq!(again.outcome, "reached", "{}", again.message);
     let new = nss.get(&env_ns).await.expect("new namespace");
@@ -633,133 +491,228 @@ async fn destroy_and_recreate_at_once_while_the_old_namespace_terminates() {
     }
 }
 
-#[tokio::test]
-async fn the_roster_converges_after_the_apiserver_comes_back() {
-    let ns = TestNamespace::new("daemon-outage").await;
-    install_crds(&ns.client).await;
-    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
-    let _sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
-    // The daemon reaches the apiserver through a proxy that the test can cut.
-    let server: std::net::SocketAddr = ns
-        .info
-        .server
-        .trim_start_matches("https://")
-        .parse()
-        .expect("server addr");
-    let proxy = proxy::Proxy::start(server).await;
-    let kc = kube::config::Kubeconfig::read_from(&ns.info.kubeconfig).expect("kubeconfig");
-    let mut kcfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("config");
-    kcfg.cluster_url = format!("https://{}", proxy.addr).parse().expect("url");
-    kcfg.connect_timeout = Some(Duration::from_secs(2));
-    kcfg.read_timeout = Some(Duration::from_secs(10));
-    let daemon_client = kube::Client::try_from(kcfg).expect("client");
-    let d = Daemon::start(
-        daemon_client,
-        fixed_ns(&ns.name),
-        test_renderer(&tpl.prefix),
-    )
-    .await;
+/// The apiserver PROCESS is stopped and started again (on a private control plane: the
+/// shared one keeps serving the other tests). While it is away the daemon keeps answering
+/// from its roster and its watches keep retrying; afterwards the changes made in the
+/// cluster reach the roster without restarting the daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_roster_converges_after_the_apiserver_process_restarts() {
+    let plane = PrivatePlane::start(2, &[]).await;
+    let ns = Setup::on(&plane, "outage").await;
+    let admin = ns.client.clone();
+    let _sim = ns.sim(SimConfig::default());
+    // The daemon binary's own client stack (kube's defaults, retries, request counter).
+    let (own, _) = fixture::daemon_client(&ns.kubeconfig, None).await;
+    let d = ns.daemon_as(own, fixed_ns(&ns.name)).await;
     let mut api = d.client().await;
-    let c = api
-        .create_environment(create_req("", "flp001,flp002", 47700))
-        .await
-        .expect("create")
-        .into_inner();
-    assert_eq!(c.outcome, "reached");
+    let c = fixture::create(&mut api, create_req("", "flp001,flp002", 47700)).await;
+    assert_eq!(c.outcome, "reached", "{}", c.message);
     let key = EnvKey::new(&ns.name, &c.id);
+    assert_eq!(d.bridge.roster.tasks_of(&key).len(), 6);
+    let restarts_before = watch_restarts(&d);
 
-    proxy.down();
-    // While the daemon is cut off, the cluster changes: a task errors, another is deleted
-    // (the sim recreates it, with a new object).
+    let server_before = plane.info.server.clone();
+    let old_pid = plane.stop_apiserver(Duration::from_secs(5)).await;
+    assert!(
+        fixture::readyz(&admin).await.is_err(),
+        "the apiserver still answers"
+    );
+    // Each watch fails and retries, again and again (counted): none has ended. Meanwhile
+    // the API answers reads from the roster.
+    support::wait_for("each watch to fail and retry twice", WAIT, || async {
+        let now = watch_restarts(&d);
+        ["Environment", "Task"]
+            .iter()
+            .all(|k| {
+                now.get(*k).copied().unwrap_or(0)
+                    >= restarts_before.get(*k).copied().unwrap_or(0) + 2
+            })
+            .then_some(())
+    })
+    .await;
+    let during = fixture::get(&mut api, &c.id).await;
+    assert_eq!(during.tasks.len(), 6);
+    assert!(during.tasks.iter().all(|t| t.state == "STANDBY"));
+    let listed = fixture::list(&mut api).await;
+    assert_eq!(listed.environments.len(), 1);
+
+    let back = plane.start_apiserver().await;
+    assert_eq!(back.server, server_before, "same port");
+    assert!(fixture::readyz(&admin).await.is_ok());
+    let new_pid = fixture::apiserver_pid(plane.dir());
+    assert_ne!(new_pid, old_pid, "a new apiserver process");
+
+    // Changes after the restart reach the roster: a transition the sim answers...
+    let r = fixture::run_transition(&mut api, transition(&c.id, "CONFIGURE", &[])).await;
+    assert!(r.ok && r.tasks == 6, "{} {:?}", r.message, r.failures);
+    // ... a task deleted (kill returns once the roster has lost it) ...
+    let victim = format!("{}-flp002-stfsender", c.id);
+    assert!(fixture::kill(&mut api, &c.id, &victim).await);
+    // ... and a status written behind the daemon's back.
     let tasks: Api<Task> = ns.api();
     let t1 = format!("{}-flp001-readout", c.id);
     tasks
         .patch_status(
             &t1,
             &PatchParams::default(),
-            &Patch::Merge(
-                serde_json::json!({"status": {"state": "ERROR", "message": "changed while away"}}),
-            ),
+            &Patch::Merge(serde_json::json!({"status": {
+                "state": "ERROR", "message": "changed after the restart"}})),
         )
         .await
         .expect("patch");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_ne!(
-        d.bridge.roster.task(&key, &t1).map(|t| t.state),
-        Some(State::Error),
-        "the daemon cannot have seen it"
-    );
-    proxy.up();
-
-    support::wait_for("roster to converge", WAIT, || async {
+    support::wait_for("the roster to converge", WAIT, || async {
         let t = d.bridge.roster.task(&key, &t1)?;
-        (t.state == State::Error && t.message.as_deref() == Some("changed while away"))
+        (t.state == State::Error && t.message.as_deref() == Some("changed after the restart"))
             .then_some(())
     })
     .await;
-    let restarts: f64 = d
-        .bridge
-        .metrics
-        .encode()
-        .lines()
-        .filter(|l| l.starts_with("envbridge_watch_restarts_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    assert!(restarts >= 1.0, "watch restarts not counted");
-    // The roster matches the cluster exactly.
-    let in_cluster = names::<Task>(&ns.client, &ns.name).await;
-    let in_roster: std::collections::BTreeSet<String> = d
+
+    // The roster matches the cluster exactly: names and states.
+    let in_cluster: std::collections::BTreeMap<String, Option<State>> = tasks
+        .list(&Default::default())
+        .await
+        .expect("tasks")
+        .items
+        .into_iter()
+        .map(|t| {
+            let state = t.status.as_ref().and_then(|s| s.state);
+            (t.metadata.name.unwrap_or_default(), state)
+        })
+        .collect();
+    let in_roster: std::collections::BTreeMap<String, Option<State>> = d
         .bridge
         .roster
         .tasks_of(&key)
         .iter()
-        .map(|t| t.name.to_string())
+        .map(|t| (t.name.to_string(), Some(t.state)))
         .collect();
     assert_eq!(in_roster, in_cluster);
+    assert_eq!(in_roster.len(), 5);
+    assert!(!in_roster.contains_key(&victim));
+}
+
+/// `envbridge_watch_restarts_total` by kind.
+fn watch_restarts(d: &Daemon) -> std::collections::BTreeMap<String, u64> {
+    d.bridge
+        .metrics
+        .encode()
+        .lines()
+        .filter_map(|l| l.strip_prefix("envbridge_watch_restarts_total{kind=\""))
+        .filter_map(|l| {
+            let (kind, rest) = l.split_once('"')?;
+            let n = rest.rsplit(' ').next()?.parse::<f64>().ok()?;
+            Some((kind.to_string(), n as u64))
+        })
+        .collect()
+}
+
+/// Apiserver throttling is honoured, never turned into a failure: on a private plane whose
+/// apiserver gives the daemon's identity ONE seat and rejects the rest (API Priority and
+/// Fairness, 429 + Retry-After), a deploy of many TaskSets written concurrently is rejected
+/// by the REAL apiserver and still succeeds, and so does the transition after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_throttling_is_retried_not_turned_into_a_failure() {
+    // A small server-wide limit (the plane's own components are exempt: system:masters),
+    // so that one share of it is one seat.
+    let plane = PrivatePlane::start(
+        1,
+        &[
+            "--max-requests-inflight=20",
+            "--max-mutating-requests-inflight=10",
+        ],
+    )
+    .await;
+    let ns = Setup::on(&plane, "throttle").await;
+    let admin = ns.client.clone();
+    let _sim = ns.sim(SimConfig::default());
+    let (level, user) = ("envbridge-throttled", "envbridge-throttled-daemon");
+    let (daemon_client, throttled) = fixture::daemon_client(&ns.kubeconfig, Some(user)).await;
+    apf::throttle_user(&admin, &daemon_client, level, user).await;
+    assert_eq!(apf::rejected(&admin, level).await, 0);
+
+    let d = ns.daemon_as(daemon_client, fixed_ns(&ns.name)).await;
+    // 8 hosts x 3 tasks, one TaskSet each: 24 TaskSets, written 8 at a time by the daemon.
+    let id = "thr";
+    let packed = fixture::readout_dataflow(
+        id,
+        &ns.tpl.prefix,
+        &fixture::hosts(8),
+        47100,
+        &Default::default(),
+    );
+    let tasks = packed.task_sets[0].spec.tasks.clone();
+    let sets: Vec<TaskSet> = tasks
+        .iter()
+        .map(|t| envbridge::bridge::objects::task_set(id, vec![t.clone()]))
+        .collect();
+    let objs = envbridge::bridge::objects::Objects {
+        environment: envbridge::bridge::objects::environment(
+            id,
+            id,
+            "readout-dataflow",
+            8,
+            tasks.len() as u32,
+            &sets,
+        ),
+        task_sets: sets,
+    };
+    let before = apf::rejected(&admin, level).await;
+    let seen_before = throttled.get();
+    let started = Instant::now();
+    let created = d
+        .bridge
+        .apply(objs, &ns.name, &Default::default())
+        .await
+        .expect("the deploy succeeds although throttled");
+    let took = started.elapsed();
+    assert_eq!(created.tasks, 24);
+    assert_eq!(names::<TaskSet>(&admin, &ns.name).await.len(), 24);
+    let seen = throttled.get() - seen_before;
+    let rejected = apf::rejected(&admin, level).await - before;
+    assert!(
+        rejected > 0,
+        "the apiserver rejected none of the deploy's requests: the test proves nothing"
+    );
+    // The daemon's client saw those 429s (and retried them): its own count agrees.
+    assert!(
+        seen > 0 && seen <= rejected,
+        "client saw {seen}, apiserver rejected {rejected}"
+    );
+    eprintln!(
+        "deploy of 24 TaskSets: {rejected} request(s) rejected with 429 by the apiserver, \
+         {seen} counted by the daemon's client, all retried, done in {took:.1?} \
+         ({before} rejected while the watches started)"
+    );
+
+    support::wait_for("24 STANDBY tasks", WAIT, || async {
+        d.bridge
+            .roster
+            .evaluate_state(&EnvKey::new(&ns.name, id), State::Standby)
+            .ok()
+    })
+    .await;
+    let mut api = d.client().await;
+    let r = fixture::run_transition(&mut api, transition(id, "CONFIGURE", &[])).await;
+    assert!(r.ok && r.tasks == 24, "{} {:?}", r.message, r.failures);
 }
 
 #[tokio::test]
 async fn a_daemon_killed_mid_transition_rebuilds_its_roster_and_duplicates_nothing() {
-    let ns = TestNamespace::new("daemon-kill").await;
-    install_crds(&ns.client).await;
-    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
-    let _sim = Sim::start(
-        ns.client.clone(),
-        &ns.name,
-        SimConfig {
-            step_delay: Duration::from_millis(400),
-            ..Default::default()
-        },
-    );
+    let ns = Setup::shared("daemon-kill").await;
+    let _sim = ns.sim(SimConfig {
+        step_delay: Duration::from_millis(400),
+        ..Default::default()
+    });
     // The environment exists first (written by an in-process bridge).
-    let writer = Daemon::start(
-        ns.client.clone(),
-        fixed_ns(&ns.name),
-        test_renderer(&tpl.prefix),
-    )
-    .await;
+    let writer = ns.daemon().await;
     let objs = fixture::readout_dataflow(
         "rk",
-        &tpl.prefix,
+        &ns.tpl.prefix,
         &fixture::hosts(3),
         47900,
         &Default::default(),
     );
-    writer
-        .bridge
-        .apply(objs, &ns.name, &Default::default())
-        .await
-        .expect("apply");
-    support::wait_for("9 STANDBY tasks", WAIT, || async {
-        writer
-            .bridge
-            .roster
-            .evaluate_state(&EnvKey::new(&ns.name, "rk"), State::Standby)
-            .ok()
-    })
-    .await;
+    fixture::apply_standby(&writer, &ns.name, objs).await;
     drop(writer);
 
     // A real daemon process.
@@ -779,7 +732,7 @@ async fn a_daemon_killed_mid_transition_rebuilds_its_roster_and_duplicates_nothi
                 "--metrics-listen",
                 "127.0.0.1:0",
             ])
-            .env("KUBECONFIG", &ns.info.kubeconfig)
+            .env("KUBECONFIG", &ns.kubeconfig)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -805,7 +758,7 @@ async fn a_daemon_killed_mid_transition_rebuilds_its_roster_and_duplicates_nothi
     let mut api = connect(port).await;
     let mut req = transition("rk", "CONFIGURE", &[]);
     req.wait = false;
-    let requested = api.transition(req).await.expect("request").into_inner();
+    let requested = fixture::run_transition(&mut api, req).await;
     assert_eq!(requested.outcome, "requested");
     tokio::time::sleep(Duration::from_millis(800)).await;
     first.kill().expect("kill -9 the daemon");
@@ -815,31 +768,23 @@ async fn a_daemon_killed_mid_transition_rebuilds_its_roster_and_duplicates_nothi
     let mut second = spawn(port2);
     let mut api = connect(port2).await;
     // The transition lives in the cluster: await it again by id.
-    let r = api
-        .transition(pb::TransitionRequest {
+    let r = fixture::run_transition(
+        &mut api,
+        pb::TransitionRequest {
             id: "rk".into(),
             transition_id: requested.transition_id.clone(),
             wait: true,
             timeout_seconds: 60,
             ..Default::default()
-        })
-        .await
-        .expect("re-await")
-        .into_inner();
+        },
+    )
+    .await;
     assert!(r.ok, "{}", r.message);
     assert_eq!((r.event.as_str(), r.tasks), ("CONFIGURE", 9));
-    let env = api
-        .get_environment(pb::GetEnvironmentRequest { id: "rk".into() })
-        .await
-        .expect("get")
-        .into_inner();
+    let env = fixture::get(&mut api, "rk").await;
     assert_eq!(env.tasks.len(), 9);
     assert!(env.tasks.iter().all(|t| t.state == "CONFIGURED"));
-    let listed = api
-        .list_environments(pb::ListEnvironmentsRequest {})
-        .await
-        .expect("list")
-        .into_inner();
+    let listed = fixture::list(&mut api).await;
     assert_eq!(listed.environments.len(), 1, "{:?}", listed.environments);
     assert_eq!(names::<Environment>(&ns.client, &ns.name).await.len(), 1);
     assert_eq!(names::<Task>(&ns.client, &ns.name).await.len(), 9);
@@ -849,9 +794,7 @@ async fn a_daemon_killed_mid_transition_rebuilds_its_roster_and_duplicates_nothi
 
 #[tokio::test]
 async fn two_replicas_never_both_write() {
-    let ns = TestNamespace::new("daemon-lease").await;
-    install_crds(&ns.client).await;
-    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
+    let ns = Setup::shared("daemon-lease").await;
     let lease = |id: &str| envbridge::bridge::leader::LeaseConfig {
         namespace: ns.name.clone(),
         name: "envbridge-daemon".into(),
@@ -861,18 +804,8 @@ async fn two_replicas_never_both_write() {
         duration: 30,
         grace: 5,
     };
-    let a = Daemon::start(
-        ns.client.clone(),
-        fixed_ns(&ns.name),
-        test_renderer(&tpl.prefix),
-    )
-    .await;
-    let b = Daemon::start(
-        ns.client.clone(),
-        fixed_ns(&ns.name),
-        test_renderer(&tpl.prefix),
-    )
-    .await;
+    let a = ns.daemon().await;
+    let b = ns.daemon().await;
     // A replica that runs leader election starts as a standby (the daemon binary waits for the
     // first lease decision before serving); the fixture's bridges start as sole leaders.
     a.bridge.leader_flag().store(false, Ordering::Release);
@@ -939,16 +872,9 @@ async fn two_replicas_never_both_write() {
 
 #[tokio::test]
 async fn watch_events_stream_roster_changes() {
-    let ns = TestNamespace::new("daemon-events").await;
-    install_crds(&ns.client).await;
-    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
-    let _sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
-    let d = Daemon::start(
-        ns.client.clone(),
-        fixed_ns(&ns.name),
-        test_renderer(&tpl.prefix),
-    )
-    .await;
+    let ns = Setup::shared("daemon-events").await;
+    let _sim = ns.sim(SimConfig::default());
+    let d = ns.daemon().await;
     let mut api = d.client().await;
     let mut stream = api
         .watch_events(pb::WatchEventsRequest {
@@ -958,11 +884,7 @@ async fn watch_events_stream_roster_changes() {
         .await
         .expect("watch")
         .into_inner();
-    let c = api
-        .create_environment(create_req("", "flp001", 48200))
-        .await
-        .expect("create")
-        .into_inner();
+    let c = fixture::create(&mut api, create_req("", "flp001", 48200)).await;
     let mut seen_env = false;
     let mut standby = std::collections::BTreeSet::new();
     let deadline = Instant::now() + WAIT;
@@ -1058,11 +980,7 @@ async fn with_the_operator_a_rendered_readout_dataflow_runs_its_cycle_and_fails_
             ..Default::default()
         }
     };
-    let c = api
-        .create_environment(create(&ok_id, &[]))
-        .await
-        .expect("create")
-        .into_inner();
+    let c = fixture::create(&mut api, create(&ok_id, &[])).await;
     assert_eq!(
         (c.outcome.as_str(), c.nodes),
         ("reached", 3),
@@ -1070,11 +988,7 @@ async fn with_the_operator_a_rendered_readout_dataflow_runs_its_cycle_and_fails_
         c.message,
         c.failures
     );
-    let env = api
-        .get_environment(pb::GetEnvironmentRequest { id: ok_id.clone() })
-        .await
-        .expect("get")
-        .into_inner();
+    let env = fixture::get(&mut api, &ok_id).await;
     assert_eq!(env.tasks.len() as u32, c.tasks);
     assert!(
         env.tasks
@@ -1090,11 +1004,7 @@ async fn with_the_operator_a_rendered_readout_dataflow_runs_its_cycle_and_fails_
         ("STOP", &[][..]),
         ("RESET", &[][..]),
     ] {
-        let r = api
-            .transition(transition(&ok_id, event, args))
-            .await
-            .expect(event)
-            .into_inner();
+        let r = fixture::run_transition(&mut api, transition(&ok_id, event, args)).await;
         assert!(r.ok, "{event}: {} {:?}", r.message, r.failures);
         assert_eq!(r.tasks, c.tasks);
     }
@@ -1112,7 +1022,7 @@ async fn with_the_operator_a_rendered_readout_dataflow_runs_its_cycle_and_fails_
     let mut req = transition(&bad_id, "CONFIGURE", &[]);
     req.timeout_seconds = 0;
     let started = Instant::now();
-    let r = api.transition(req).await.expect("transition").into_inner();
+    let r = fixture::run_transition(&mut api, req).await;
     let took = started.elapsed();
     assert!(!r.ok && r.outcome == "failed", "{r:?}");
     assert_eq!(r.failures.len(), 1, "{:?}", r.failures);
@@ -1124,15 +1034,7 @@ async fn with_the_operator_a_rendered_readout_dataflow_runs_its_cycle_and_fails_
     );
 
     for id in [&ok_id, &bad_id] {
-        let gone = api
-            .destroy_environment(pb::DestroyEnvironmentRequest {
-                id: id.to_string(),
-                wait: true,
-                timeout_seconds: 90,
-            })
-            .await
-            .expect("destroy")
-            .into_inner();
+        let gone = fixture::destroy(&mut api, id, 90).await;
         assert!(gone.gone, "{id}: {}", gone.message);
     }
     op_stop.cancel();
@@ -1143,14 +1045,12 @@ async fn with_the_operator_a_rendered_readout_dataflow_runs_its_cycle_and_fails_
 /// that RBAC does not let it write what it must not (Tasks, TaskTemplates).
 #[tokio::test]
 async fn the_daemon_runs_under_its_least_privilege_rbac() {
-    let ns = TestNamespace::new("daemon-rbac").await;
-    install_crds(&ns.client).await;
+    let ns = Setup::shared("daemon-rbac").await;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
     fixture::apply_manifest(&ns.client, &root.join("deploy/daemon-rbac.yaml")).await;
-    let tpl = Templates::create(&ns.client, &ns.info.kubeconfig, &format!("{}-t", ns.name)).await;
-    let _sim = Sim::start(ns.client.clone(), &ns.name, SimConfig::default());
+    let _sim = ns.sim(SimConfig::default());
     let sa = fixture::impersonating(
-        &ns.info.kubeconfig,
+        &ns.kubeconfig,
         "system:serviceaccount:envbridge-system:envbridge-daemon",
         &[
             "system:serviceaccounts",
@@ -1159,39 +1059,15 @@ async fn the_daemon_runs_under_its_least_privilege_rbac() {
         ],
     )
     .await;
-    let d = Daemon::start(sa.clone(), fixed_ns(&ns.name), test_renderer(&tpl.prefix)).await;
+    let d = ns.daemon_as(sa.clone(), fixed_ns(&ns.name)).await;
     let mut api = d.client().await;
-    let c = api
-        .create_environment(create_req("", "flp001,flp002", 48300))
-        .await
-        .expect("create")
-        .into_inner();
+    let c = fixture::create(&mut api, create_req("", "flp001,flp002", 48300)).await;
     assert_eq!(c.outcome, "reached", "{}", c.message);
-    let r = api
-        .transition(transition(&c.id, "CONFIGURE", &[]))
-        .await
-        .expect("configure")
-        .into_inner();
+    let r = fixture::run_transition(&mut api, transition(&c.id, "CONFIGURE", &[])).await;
     assert!(r.ok, "{}", r.message);
     let victim = format!("{}-flp001-readout", c.id);
-    let k = api
-        .kill_task(pb::KillTaskRequest {
-            id: c.id.clone(),
-            task: victim,
-            timeout_seconds: 30,
-        })
-        .await
-        .expect("kill");
-    assert!(k.into_inner().gone);
-    let gone = api
-        .destroy_environment(pb::DestroyEnvironmentRequest {
-            id: c.id.clone(),
-            wait: true,
-            timeout_seconds: 60,
-        })
-        .await
-        .expect("destroy")
-        .into_inner();
+    assert!(fixture::kill(&mut api, &c.id, &victim).await);
+    let gone = fixture::destroy(&mut api, &c.id, 60).await;
     assert!(gone.gone, "{}", gone.message);
 
     // Least privilege: no writing Tasks (the operator's) or TaskTemplates (administrators').
@@ -1207,7 +1083,10 @@ async fn the_daemon_runs_under_its_least_privilege_rbac() {
     );
     let tts: Api<envbridge::crd::TaskTemplate> = Api::all(sa);
     let denied = tts
-        .delete(&format!("{}-readout", tpl.prefix), &DeleteParams::default())
+        .delete(
+            &format!("{}-readout", ns.tpl.prefix),
+            &DeleteParams::default(),
+        )
         .await
         .expect_err("delete TaskTemplate");
     assert!(

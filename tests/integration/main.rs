@@ -4,5 +4,6 @@
 mod control;
 mod daemon;
 mod dev;
+mod logs;
 mod operator;
 mod support;

@@ -24,6 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::TestNamespace;
 
+mod hooks;
+
 const OPERATOR_SA: &str = "system:serviceaccount:envbridge-system:envbridge-operator";
 const DISCOVERY_PORT: u16 = 47321;
 const WAIT: Duration = Duration::from_secs(60);

@@ -20,6 +20,7 @@ use tracing::{debug, error, info, warn};
 
 use super::config::{Fate, SimConfig};
 use super::machine::Machine;
+use crate::control::bare_path_io::BarePathIo;
 use crate::control::json::JsonCodec;
 use crate::control::pb;
 use crate::control::wire::{Method, Variant};
@@ -231,7 +232,9 @@ pub async fn serve(
     let svc = OccService { sim: sim.clone() };
     let server = tonic::transport::Server::builder().serve_with_incoming_shutdown(
         svc,
-        TcpListenerStream::new(listener),
+        // Bare method names (`GetState`, as FairMQ's Go client sends them) become `/GetState`
+        // before tonic routes them; see `control::bare_path`.
+        TcpListenerStream::new(listener).map(|s| s.map(BarePathIo::server)),
         shutdown,
     );
     tokio::select! {

@@ -12,6 +12,7 @@ use envbridge::bridge::{
 };
 use envbridge::crd::{TaskTemplate, TaskTemplateSpec};
 use envbridge::plan::{ControlMode, EnvVar, TaskRef};
+use envbridge::server::pb;
 use envbridge::server::pb::env_bridge_client::EnvBridgeClient;
 use envbridge::server::{self, ServerConfig};
 use k8s_openapi::api::core::v1::{Container, PodSpec};
@@ -19,6 +20,10 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
+
+use super::plane::PrivatePlane;
+use super::sim::{Sim, SimConfig};
+use crate::support::TestNamespace;
 
 /// Installs (server-side apply) the CRDs and waits until they are established.
 pub async fn install_crds(client: &Client) {
@@ -344,4 +349,241 @@ pub async fn impersonating(kubeconfig: &std::path::Path, user: &str, groups: &[&
     cfg.auth_info.impersonate = Some(user.into());
     cfg.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
     Client::try_from(cfg).expect("client")
+}
+
+/// A namespace `<prefix>-<random>` (on a private plane: nobody else deletes it, the plane's
+/// teardown does).
+pub async fn create_namespace(client: &Client, prefix: &str) -> String {
+    use k8s_openapi::api::core::v1::Namespace;
+    let name = format!("{prefix}-{}", crate::support::random_suffix());
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&Default::default(), &ns)
+        .await
+        .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+    name
+}
+
+/// The client the daemon binary builds (`bridge::client::counted`: kube's stack, the retry
+/// of throttled requests, the counters), from a kubeconfig; acting as `user`
+/// (impersonation) when given. Also its count of 429 answers.
+pub async fn daemon_client(
+    kubeconfig: &std::path::Path,
+    user: Option<&str>,
+) -> (Client, prometheus_client::metrics::counter::Counter) {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    cfg.auth_info.impersonate = user.map(String::from);
+    let throttled = prometheus_client::metrics::counter::Counter::default();
+    let client = envbridge::bridge::client::counted(cfg, Default::default(), throttled.clone())
+        .expect("client");
+    (client, throttled)
+}
+
+/// The apiserver's /readyz.
+pub async fn readyz(client: &Client) -> Result<String, kube::Error> {
+    let req = http::Request::get("/readyz")
+        .body(Vec::new())
+        .expect("request");
+    client.request_text(req).await
+}
+
+/// The pid of the kube-apiserver recorded in a plane's state.json.
+pub fn apiserver_pid(dir: &std::path::Path) -> u32 {
+    let path = dir.join("state.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("state.json");
+    v["components"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "kube-apiserver")
+        .and_then(|c| c["pid"].as_u64())
+        .and_then(|p| u32::try_from(p).ok())
+        .expect("a kube-apiserver pid")
+}
+
+/// What a daemon test starts from: a namespace of its own, the CRDs and TaskTemplates, on the
+/// shared plane ([`Setup::shared`]) or a private one ([`Setup::on`]).
+pub struct Setup {
+    /// The namespace.
+    pub name: String,
+    /// An admin client.
+    pub client: Client,
+    pub kubeconfig: std::path::PathBuf,
+    // Dropped in this order: the templates, then the shared plane's namespace.
+    pub tpl: Templates,
+    _ns: Option<TestNamespace>,
+}
+
+impl Setup {
+    pub async fn shared(prefix: &str) -> Setup {
+        let ns = TestNamespace::new(prefix).await;
+        let (name, client, kubeconfig) = (
+            ns.name.clone(),
+            ns.client.clone(),
+            ns.info.kubeconfig.clone(),
+        );
+        Setup::install(name, client, kubeconfig, Some(ns)).await
+    }
+
+    /// On a private plane, whose teardown removes everything.
+    pub async fn on(plane: &PrivatePlane, prefix: &str) -> Setup {
+        let client = plane.client().await;
+        let name = create_namespace(&client, prefix).await;
+        Setup::install(name, client, plane.info.kubeconfig.clone(), None).await
+    }
+
+    async fn install(
+        name: String,
+        client: Client,
+        kubeconfig: std::path::PathBuf,
+        ns: Option<TestNamespace>,
+    ) -> Setup {
+        install_crds(&client).await;
+        let tpl = Templates::create(&client, &kubeconfig, &format!("{name}-t")).await;
+        Setup {
+            name,
+            client,
+            kubeconfig,
+            tpl,
+            _ns: ns,
+        }
+    }
+
+    /// The simulated cluster side in this namespace.
+    pub fn sim(&self, cfg: SimConfig) -> Sim {
+        Sim::start(self.client.clone(), &self.name, cfg)
+    }
+
+    /// A daemon with the admin client, the test renderer and `cfg`.
+    pub async fn daemon_with(&self, cfg: BridgeConfig) -> Daemon {
+        self.daemon_as(self.client.clone(), cfg).await
+    }
+
+    /// A daemon in this namespace (admin client, test renderer).
+    pub async fn daemon(&self) -> Daemon {
+        self.daemon_with(fixed_ns(&self.name)).await
+    }
+
+    /// A daemon with its own client (another identity, the daemon binary's stack).
+    pub async fn daemon_as(&self, client: Client, cfg: BridgeConfig) -> Daemon {
+        Daemon::start(client, cfg, test_renderer(&self.tpl.prefix)).await
+    }
+
+    /// A namespaced Api of this namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+/// Applies rendered objects straight through the bridge (no API, no renderer) and waits until
+/// their tasks are STANDBY in the roster.
+pub async fn apply_standby(d: &Daemon, ns: &str, objs: Objects) {
+    let name = objs.name();
+    d.bridge
+        .apply(objs, ns, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("apply {name}: {e}"));
+    let key = envbridge::roster::EnvKey::new(ns, &name);
+    crate::support::wait_for("every task STANDBY", Duration::from_secs(60), || async {
+        d.bridge
+            .roster
+            .evaluate_state(&key, envbridge::state::State::Standby)
+            .ok()
+    })
+    .await;
+}
+
+/// CreateEnvironment through the API.
+pub async fn create(
+    api: &mut EnvBridgeClient<Channel>,
+    req: pb::CreateEnvironmentRequest,
+) -> pb::CreateEnvironmentReply {
+    api.create_environment(req)
+        .await
+        .unwrap_or_else(|e| panic!("create: {e}"))
+        .into_inner()
+}
+
+/// Transition through the API (the reply says whether it reached its target).
+pub async fn run_transition(
+    api: &mut EnvBridgeClient<Channel>,
+    req: pb::TransitionRequest,
+) -> pb::TransitionReply {
+    let what = format!("{} {}", req.id, req.event);
+    api.transition(req)
+        .await
+        .unwrap_or_else(|e| panic!("transition {what}: {e}"))
+        .into_inner()
+}
+
+/// ListEnvironments through the API.
+pub async fn list(api: &mut EnvBridgeClient<Channel>) -> pb::ListEnvironmentsReply {
+    api.list_environments(pb::ListEnvironmentsRequest {})
+        .await
+        .unwrap_or_else(|e| panic!("list: {e}"))
+        .into_inner()
+}
+
+/// GetEnvironment through the API.
+pub async fn get(api: &mut EnvBridgeClient<Channel>, id: &str) -> pb::Environment {
+    api.get_environment(pb::GetEnvironmentRequest { id: id.into() })
+        .await
+        .unwrap_or_else(|e| panic!("get {id}: {e}"))
+        .into_inner()
+}
+
+/// DestroyEnvironment through the API, waiting up to `timeout_seconds`.
+pub async fn destroy(
+    api: &mut EnvBridgeClient<Channel>,
+    id: &str,
+    timeout_seconds: u32,
+) -> pb::DestroyEnvironmentReply {
+    api.destroy_environment(pb::DestroyEnvironmentRequest {
+        id: id.into(),
+        wait: true,
+        timeout_seconds,
+    })
+    .await
+    .unwrap_or_else(|e| panic!("destroy {id}: {e}"))
+    .into_inner()
+}
+
+/// KillTask through the API; true when the task is gone.
+pub async fn kill(api: &mut EnvBridgeClient<Channel>, id: &str, task: &str) -> bool {
+    api.kill_task(pb::KillTaskRequest {
+        id: id.into(),
+        task: task.into(),
+        timeout_seconds: 30,
+    })
+    .await
+    .unwrap_or_else(|e| panic!("kill {task}: {e}"))
+    .into_inner()
+    .gone
+}
+
+/// Runs the envbridge CLI (off the runtime's threads) and returns its output.
+pub async fn cli(args: &[&str]) -> std::process::Output {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+            .args(&args)
+            .output()
+            .expect("run the CLI")
+    })
+    .await
+    .expect("cli")
 }
