@@ -112,11 +112,17 @@ async fn run() -> Res {
     let pid = child.id().ok_or("operator exited at once")?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let refs = task_refs("bo", nodes, per_node);
-    let t0 = Instant::now();
-    deploy(&admin, &op_ns, "bo", &refs).await?;
     let total = refs.len();
+    let t0 = Instant::now();
+    let timeline = Timeline::start(admin.clone(), op_ns.clone(), total, t0);
+    deploy(&admin, &op_ns, "bo", &refs).await?;
     wait_standby(&admin, &op_ns, "bo", total).await?;
     let op_time = t0.elapsed();
+    // The operator logs the requests it has sent so far (read from its log below).
+    let _ = std::process::Command::new("kill")
+        .args(["-USR1", &pid.to_string()])
+        .status();
+    let marks = timeline.stop().await;
     let pods = Api::<Pod>::namespaced(admin.clone(), &op_ns)
         .list(&ListParams::default())
         .await?
@@ -136,17 +142,30 @@ async fn run() -> Res {
     let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
     sims.stop().await;
     delete_ns(&admin, &op_ns).await?;
-    let text = std::fs::read_to_string(&log)?;
-    let op_requests = field(&text, "apiserver_requests=").unwrap_or(0);
-    let setup_requests = op_requests; // includes the teardown: reported separately below
+    let text = strip_ansi(&std::fs::read_to_string(&log)?);
+    // First line: at STANDBY (SIGUSR1); last line: at exit (teardown included).
+    let at_standby = text
+        .find("requests so far")
+        .map(|i| &text[i..])
+        .unwrap_or("");
+    let op_requests = field(at_standby, "apiserver_requests=").unwrap_or(0);
+    let op_by_verb = word(at_standby, "by_verb=").unwrap_or_default();
+    let all_requests = field(&text, "apiserver_requests=").unwrap_or(0);
 
     let ratio = op_time.as_secs_f64() / floor_time.as_secs_f64();
     println!(
         "operator: {:.2?} wall to {total}/{total} STANDBY ({pods} pods), ratio to floor {ratio:.2}",
         op_time
     );
+    for (what, at) in &marks {
+        println!("operator: {what} at {:.2?}", at);
+    }
     println!(
-        "operator: {setup_requests} apiserver requests over the whole run (deploy + STANDBY + teardown), floor {floor_requests}"
+        "operator: {op_requests} apiserver requests to STANDBY (floor {floor_requests}): {op_by_verb}"
+    );
+    println!(
+        "operator: {} more requests for the teardown ({all_requests} in all)",
+        all_requests.saturating_sub(op_requests)
     );
     println!("operator: peak RSS {:.1} MiB", rss_kib as f64 / 1024.0);
     println!(
@@ -156,20 +175,114 @@ async fn run() -> Res {
     println!(
         "{}",
         json!({"tasks": total, "nodes": nodes, "floor_ms": floor_time.as_millis() as u64, "floor_requests": floor_requests,
-               "operator_ms": op_time.as_millis() as u64, "operator_requests": op_requests, "ratio": (ratio * 100.0).round() / 100.0,
+               "operator_ms": op_time.as_millis() as u64, "operator_requests": op_requests, "operator_requests_by_verb": op_by_verb,
+               "operator_requests_with_teardown": all_requests, "ratio": (ratio * 100.0).round() / 100.0,
                "operator_peak_rss_mib": (rss_kib as f64 / 1024.0).round(), "teardown_ms": teardown.as_millis() as u64})
     );
     Ok(())
 }
 
+/// The number after the last `key` in `text`.
 fn field(text: &str, key: &str) -> Option<u64> {
-    let plain = strip_ansi(text);
-    let at = plain.rfind(key)? + key.len();
-    plain[at..]
+    let at = text.rfind(key)? + key.len();
+    text[at..]
         .split(|c: char| !c.is_ascii_digit())
         .next()?
         .parse()
         .ok()
+}
+
+/// The word after the first `key` in `text`.
+fn word(text: &str, key: &str) -> Option<String> {
+    let at = text.find(key)? + key.len();
+    text[at..].split_whitespace().next().map(str::to_string)
+}
+
+/// When the operator's objects reached their milestones (seen by watches in this process).
+struct Timeline {
+    stop: CancellationToken,
+    handle: tokio::task::JoinHandle<Vec<(&'static str, Duration)>>,
+}
+
+impl Timeline {
+    fn start(client: Client, ns: String, total: usize, t0: Instant) -> Timeline {
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let handle = tokio::spawn(async move {
+            let mut marks: Vec<(&'static str, Duration)> = Vec::new();
+            let mark = |what: &'static str, marks: &mut Vec<_>| {
+                if !marks.iter().any(|(w, _)| *w == what) {
+                    marks.push((what, t0.elapsed()));
+                }
+            };
+            let tasks = watcher(
+                Api::<Task>::namespaced(client.clone(), &ns),
+                Default::default(),
+            )
+            .default_backoff()
+            .applied_objects()
+            .map_ok(|t: Task| {
+                let standby = t.status.and_then(|s| s.state) == Some(State::Standby);
+                (true, t.metadata.name.unwrap_or_default(), standby)
+            });
+            let pods = watcher(Api::<Pod>::namespaced(client, &ns), Default::default())
+                .default_backoff()
+                .applied_objects()
+                .map_ok(|p: Pod| {
+                    let running = p.status.and_then(|s| s.phase).as_deref() == Some("Running");
+                    (false, p.metadata.name.unwrap_or_default(), running)
+                });
+            let mut events = stream::select(tasks.boxed(), pods.boxed());
+            let (mut task_seen, mut standby) = (HashSet::new(), HashSet::new());
+            let (mut pod_seen, mut running) = (HashSet::new(), HashSet::new());
+            loop {
+                let next = tokio::select! {
+                    _ = token.cancelled() => return marks,
+                    n = events.next() => n,
+                };
+                let Some(Ok((is_task, name, done))) = next else {
+                    continue;
+                };
+                let (seen, done_set) = if is_task {
+                    (&mut task_seen, &mut standby)
+                } else {
+                    (&mut pod_seen, &mut running)
+                };
+                seen.insert(name.clone());
+                if done {
+                    done_set.insert(name);
+                }
+                let firsts = [
+                    (task_seen.len(), "first Task"),
+                    (pod_seen.len(), "first Pod"),
+                    (running.len(), "first pod Running"),
+                    (standby.len(), "first Task STANDBY"),
+                ];
+                for (n, what) in firsts {
+                    if n > 0 {
+                        mark(what, &mut marks);
+                    }
+                }
+                let alls = [
+                    (task_seen.len(), "all Tasks created"),
+                    (pod_seen.len(), "all Pods created"),
+                    (running.len(), "all pods Running"),
+                    (standby.len(), "all Tasks STANDBY"),
+                ];
+                for (n, what) in alls {
+                    if n >= total {
+                        mark(what, &mut marks);
+                    }
+                }
+            }
+        });
+        Timeline { stop, handle }
+    }
+
+    async fn stop(self) -> Vec<(&'static str, Duration)> {
+        self.stop.cancel();
+        self.handle.await.unwrap_or_default()
+    }
 }
 
 fn strip_ansi(s: &str) -> String {
@@ -266,6 +379,7 @@ async fn floor(client: &Client, ns: &str, refs: &[TaskRef], concurrency: usize) 
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
     let pp = PostParams::default();
+    let t0 = Instant::now();
     let created: Vec<Task> = stream::iter(refs.iter().cloned())
         .map(|r| {
             let (tasks, pods, svcs, pp, tmpl, settings) =
@@ -298,6 +412,10 @@ async fn floor(client: &Client, ns: &str, refs: &[TaskRef], concurrency: usize) 
         .buffer_unordered(concurrency)
         .try_collect()
         .await?;
+    println!(
+        "floor: all Tasks, Pods, Services created at {:.2?}",
+        t0.elapsed()
+    );
     // Wait (watch) until every pod runs with an IP, then write each Task's status once.
     let mut ips: BTreeMap<String, String> = BTreeMap::new();
     let mut w = watcher(pods.clone(), watcher::Config::default())
@@ -315,6 +433,7 @@ async fn floor(client: &Client, ns: &str, refs: &[TaskRef], concurrency: usize) 
         }
     }
     drop(w);
+    println!("floor: all pods Running at {:.2?}", t0.elapsed());
     let ppa = PatchParams::apply("envbridge-bench-floor").force();
     stream::iter(created)
         .map(|t| {

@@ -382,6 +382,21 @@ pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
         });
         #[cfg(unix)]
         {
+            // SIGUSR1: log the requests sent so far (the benchmark reads them at STANDBY).
+            let c = count.clone();
+            if let Ok(mut usr1) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+            {
+                tokio::spawn(async move {
+                    while usr1.recv().await.is_some() {
+                        info!(
+                            apiserver_requests = c.total(),
+                            by_verb = %c.summary(),
+                            "requests so far"
+                        );
+                    }
+                });
+            }
             let s = shutdown.clone();
             if let Ok(mut term) =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -398,6 +413,7 @@ pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
             apiserver_requests = count.total(),
             reads = count.get.load(std::sync::atomic::Ordering::Relaxed),
             writes = count.write.load(std::sync::atomic::Ordering::Relaxed),
+            by_verb = %count.summary(),
             "operator stopped"
         );
         result
