@@ -20,6 +20,8 @@ use std::process::ExitCode;
 
 pub mod sim_runner;
 
+pub mod fixtures;
+
 pub use error::{DevError, Result};
 pub use plane::{ClusterInfo, client_for, current, down, ensure_up};
 
