@@ -140,6 +140,12 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
             );
             return Ok(());
         }
+        if let Some(left) = awaiting_store(ctx, POD, &task_uid) {
+            // Created a moment ago, not in the store yet: its event brings the next reconcile.
+            step.write_status = false;
+            step.action = Some(Action::requeue(left));
+            return Ok(());
+        }
         create_pod(task, ctx, st, step, &labels).await?;
         // The pod first (it has to start), then its Service.
         if st.state != Some(State::Error) {
@@ -147,6 +153,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         }
         return Ok(());
     };
+    ctx.created.remove(&(POD, task_uid.clone()));
     ensure_service(task, ctx, &labels).await?;
 
     let view = observe(&pod);
@@ -190,12 +197,13 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         if st.state.is_none() {
             st.state = Some(State::Deploying);
         }
-        // A pod that starts at once gets one status write (when running); one still
-        // pending after a moment is reported as such.
+        // A pod that starts gets one status write (when its process answers); one still
+        // pending long after its creation is reported as such. Failures are reported at
+        // once above.
         let age = pod_age(&pod);
-        if age < PENDING_QUIET && task.status.is_none() {
+        if age < PENDING_REPORT && task.status.is_none() {
             step.write_status = false;
-            step.action = Some(Action::requeue(PENDING_QUIET - age));
+            step.action = Some(Action::requeue(PENDING_REPORT - age));
         }
         return Ok(());
     };
@@ -231,6 +239,9 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
                     if since < limit {
                         debug!(task = %name, error = %e, "control port not reachable yet");
                         st.state.get_or_insert(State::Deploying);
+                        // Nothing to report yet: the write comes with the answer (or the
+                        // failure once the limit has passed).
+                        step.write_status = false;
                         step.action = Some(Action::requeue(Duration::from_millis(500)));
                         return Ok(());
                     }
@@ -340,8 +351,22 @@ fn forget_endpoint(task: &Task) {
     }
 }
 
-/// How long a fresh pod may stay Pending before its Task reports it.
-const PENDING_QUIET: Duration = Duration::from_secs(2);
+/// How long a fresh pod may stay Pending before its Task reports it (no status write per
+/// task while thousands of pods start; failures are reported at once regardless).
+const PENDING_REPORT: Duration = Duration::from_secs(60);
+
+/// How long a Pod or Service this operator created may stay out of its store before it is
+/// created again (normally its watch event arrives well within this).
+const STORE_LAG: Duration = Duration::from_secs(30);
+
+const POD: &str = "Pod";
+const SERVICE: &str = "Service";
+
+/// Time left to wait when this operator created the task's `kind` moments ago.
+fn awaiting_store(ctx: &Ctx, kind: &'static str, task_uid: &str) -> Option<Duration> {
+    let at = *ctx.created.get(&(kind, task_uid.to_string()))?;
+    STORE_LAG.checked_sub(at.elapsed())
+}
 
 fn pod_age(pod: &Pod) -> Duration {
     match pod.metadata.creation_timestamp.as_ref() {
@@ -437,6 +462,10 @@ async fn create_pod(
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(Error::kube("create", "Pod", &ns, &name, e)),
     }
+    ctx.created.insert(
+        (POD, task.uid().unwrap_or_default()),
+        std::time::Instant::now(),
+    );
     if st.state == Some(State::Error) && st.message.is_some() {
         // An earlier node or template problem is solved now.
         st.state = None;
@@ -461,9 +490,13 @@ async fn ensure_service(
     let ns = task.namespace().unwrap_or_default();
     let port = ctx.args.headless_discovery_port;
     let sname = service_name(&task.name_any());
-    if let Some(svc) = ctx.services.get(&ObjectRef::new(&sname).within(&ns))
-        && service_matches(&svc, port)
-    {
+    let key = (SERVICE, task.uid().unwrap_or_default());
+    if let Some(svc) = ctx.services.get(&ObjectRef::new(&sname).within(&ns)) {
+        ctx.created.remove(&key);
+        if service_matches(&svc, port) {
+            return Ok(());
+        }
+    } else if awaiting_store(ctx, SERVICE, &key.1).is_some() {
         return Ok(());
     }
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
@@ -495,10 +528,14 @@ async fn ensure_service(
         .map(|_| ())
     };
     match res {
-        Ok(()) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(Error::kube("write", "Service", &ns, &sname, e)),
+        Ok(()) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(Error::kube("write", "Service", &ns, &sname, e)),
     }
+    if !exists {
+        ctx.created.insert(key, std::time::Instant::now());
+    }
+    Ok(())
 }
 
 async fn write_status(ctx: &Ctx, task: &Task, st: &TaskStatus) -> Result<()> {
@@ -574,7 +611,10 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
         Err(kube::Error::Api(s)) if s.is_not_found() => {}
         Err(e) => return Err(Error::kube("remove finalizer from", "Task", &ns, &name, e)),
     }
-    ctx.verified.remove(&task.uid().unwrap_or_default());
+    let uid = task.uid().unwrap_or_default();
+    ctx.created.remove(&(POD, uid.clone()));
+    ctx.created.remove(&(SERVICE, uid.clone()));
+    ctx.verified.remove(&uid);
     forget_endpoint(task);
     Ok(Action::await_change())
 }
