@@ -136,6 +136,11 @@ async fn run() -> Res {
         .await?;
     wait_gone(&admin, &op_ns).await?;
     let teardown = t1.elapsed();
+    // Requests so far again (the teardown's are the difference).
+    let _ = std::process::Command::new("kill")
+        .args(["-USR1", &pid.to_string()])
+        .status();
+    tokio::time::sleep(Duration::from_millis(500)).await;
     // SIGTERM (graceful): the operator logs its request count on the way out.
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
@@ -144,7 +149,7 @@ async fn run() -> Res {
     sims.stop().await;
     delete_ns(&admin, &op_ns).await;
     let text = strip_ansi(&std::fs::read_to_string(&log)?);
-    // First line: at STANDBY (SIGUSR1); last line: at exit (teardown included).
+    // First line: at STANDBY; last: after the teardown (SIGUSR1 both times).
     let at_standby = text
         .find("requests so far")
         .map(|i| &text[i..])
