@@ -37,9 +37,10 @@ pub struct Ctx {
     pub verified: DashSet<String>,
     /// TaskSet uid -> (resourceVersion, sha256): TaskSets are immutable, hash each once.
     pub set_hashes: DashMap<String, (String, String)>,
-    /// (kind, task uid) -> when this operator created the task's Pod or Service, until its
-    /// store shows it: a reconcile in between (store lag) does not create it again.
-    pub created: DashMap<(&'static str, String), std::time::Instant>,
+    /// (what, task uid) -> when this operator created (or deleted) the task's Pod or
+    /// Service, until its store shows it: a reconcile in between (store lag) does not send
+    /// the same request again.
+    pub requested: DashMap<(&'static str, String), std::time::Instant>,
     listed: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -197,7 +198,7 @@ pub async fn run_controllers(
         task_sets,
         verified: DashSet::new(),
         set_hashes: DashMap::new(),
-        created: DashMap::new(),
+        requested: DashMap::new(),
     });
 
     let task_cfg = controller::Config::default().concurrency(args.task_concurrency);

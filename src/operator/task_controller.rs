@@ -153,7 +153,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         }
         return Ok(());
     };
-    ctx.created.remove(&(POD, task_uid.clone()));
+    ctx.requested.remove(&(POD, task_uid.clone()));
     ensure_service(task, ctx, &labels).await?;
 
     let view = observe(&pod);
@@ -361,10 +361,12 @@ const STORE_LAG: Duration = Duration::from_secs(30);
 
 const POD: &str = "Pod";
 const SERVICE: &str = "Service";
+const POD_DELETION: &str = "Pod deletion";
+const SERVICE_DELETION: &str = "Service deletion";
 
-/// Time left to wait when this operator created the task's `kind` moments ago.
-fn awaiting_store(ctx: &Ctx, kind: &'static str, task_uid: &str) -> Option<Duration> {
-    let at = *ctx.created.get(&(kind, task_uid.to_string()))?;
+/// Time left to wait when this operator sent the request `what` for the task moments ago.
+fn awaiting_store(ctx: &Ctx, what: &'static str, task_uid: &str) -> Option<Duration> {
+    let at = *ctx.requested.get(&(what, task_uid.to_string()))?;
     STORE_LAG.checked_sub(at.elapsed())
 }
 
@@ -462,7 +464,7 @@ async fn create_pod(
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(Error::kube("create", "Pod", &ns, &name, e)),
     }
-    ctx.created.insert(
+    ctx.requested.insert(
         (POD, task.uid().unwrap_or_default()),
         std::time::Instant::now(),
     );
@@ -492,7 +494,7 @@ async fn ensure_service(
     let sname = service_name(&task.name_any());
     let key = (SERVICE, task.uid().unwrap_or_default());
     if let Some(svc) = ctx.services.get(&ObjectRef::new(&sname).within(&ns)) {
-        ctx.created.remove(&key);
+        ctx.requested.remove(&key);
         if service_matches(&svc, port) {
             return Ok(());
         }
@@ -533,7 +535,7 @@ async fn ensure_service(
         Err(e) => return Err(Error::kube("write", "Service", &ns, &sname, e)),
     }
     if !exists {
-        ctx.created.insert(key, std::time::Instant::now());
+        ctx.requested.insert(key, std::time::Instant::now());
     }
     Ok(())
 }
@@ -567,10 +569,13 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
     let ns = task.namespace().unwrap_or_default();
     let name = task.name_any();
     let sname = service_name(&name);
+    let uid = task.uid().unwrap_or_default();
     let pod = ctx.pods.get(&ObjectRef::new(&name).within(&ns));
     let svc = ctx.services.get(&ObjectRef::new(&sname).within(&ns));
+    // One delete each: while the store has not shown the deletion yet, not another.
     if let Some(p) = &pod
         && p.metadata.deletion_timestamp.is_none()
+        && awaiting_store(ctx, POD_DELETION, &uid).is_none()
     {
         delete_ignore_missing(
             &Api::<Pod>::namespaced(ctx.client.clone(), &ns),
@@ -579,9 +584,12 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
             &ns,
         )
         .await?;
+        ctx.requested
+            .insert((POD_DELETION, uid.clone()), std::time::Instant::now());
     }
     if let Some(s) = &svc
         && s.metadata.deletion_timestamp.is_none()
+        && awaiting_store(ctx, SERVICE_DELETION, &uid).is_none()
     {
         delete_ignore_missing(
             &Api::<Service>::namespaced(ctx.client.clone(), &ns),
@@ -590,9 +598,12 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
             &ns,
         )
         .await?;
+        ctx.requested
+            .insert((SERVICE_DELETION, uid.clone()), std::time::Instant::now());
     }
     if pod.is_some() || svc.is_some() {
-        return Ok(Action::requeue(Duration::from_millis(500)));
+        // Their deletion events bring the next reconcile; this is the fallback.
+        return Ok(Action::requeue(Duration::from_secs(2)));
     }
     let rest: Vec<String> = task
         .finalizers()
@@ -611,9 +622,9 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
         Err(kube::Error::Api(s)) if s.is_not_found() => {}
         Err(e) => return Err(Error::kube("remove finalizer from", "Task", &ns, &name, e)),
     }
-    let uid = task.uid().unwrap_or_default();
-    ctx.created.remove(&(POD, uid.clone()));
-    ctx.created.remove(&(SERVICE, uid.clone()));
+    for what in [POD, SERVICE, POD_DELETION, SERVICE_DELETION] {
+        ctx.requested.remove(&(what, uid.clone()));
+    }
     ctx.verified.remove(&uid);
     forget_endpoint(task);
     Ok(Action::await_change())
