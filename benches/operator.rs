@@ -150,13 +150,13 @@ async fn run() -> Res {
     delete_ns(&admin, &op_ns).await;
     let text = strip_ansi(&std::fs::read_to_string(&log)?);
     // First line: at STANDBY; last: after the teardown (SIGUSR1 both times).
-    let at_standby = text
-        .find("requests so far")
-        .map(|i| &text[i..])
-        .unwrap_or("");
+    let line = |at: Option<usize>| at.and_then(|i| text[i..].lines().next()).unwrap_or("");
+    let at_standby = line(text.find("requests so far"));
+    let after_teardown = line(text.rfind("requests so far"));
     let op_requests = field(at_standby, "apiserver_requests=").unwrap_or(0);
     let op_by_verb = word(at_standby, "by_verb=").unwrap_or_default();
-    let all_requests = field(&text, "apiserver_requests=").unwrap_or(0);
+    let all_requests = field(after_teardown, "apiserver_requests=").unwrap_or(0);
+    let all_by_verb = word(after_teardown, "by_verb=").unwrap_or_default();
 
     let ratio = op_time.as_secs_f64() / floor_time.as_secs_f64();
     println!(
@@ -176,7 +176,7 @@ async fn run() -> Res {
         "operator: {op_requests} apiserver requests to STANDBY (floor {floor_requests}): {op_by_verb}"
     );
     println!(
-        "operator: {} more requests for the teardown ({all_requests} in all)",
+        "operator: {} more requests for the teardown ({all_requests} in all: {all_by_verb})",
         all_requests.saturating_sub(op_requests)
     );
     println!("operator: peak RSS {:.1} MiB", rss_kib as f64 / 1024.0);
