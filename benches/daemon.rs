@@ -28,22 +28,16 @@ use envbridge::server::pb;
 use envbridge::state::State;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Container, Namespace, PodSpec};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Client, CustomResourceExt, ResourceExt};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
 use prometheus_client::metrics::counter::Counter;
 use serde_json::json;
 
-type Res<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+mod support;
+
+use support::{Res, create_ns, env_num, peak_rss_kib};
 
 const TEMPLATE: &str = "bench-daemon-task";
-
-fn env_num(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn main() -> Res {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -279,7 +273,7 @@ async fn run() -> Res {
         .get("envbridge_roster_task_bytes")
         .copied()
         .unwrap_or(0.0);
-    let rss_kib = vm_hwm_kib(pid).unwrap_or(0);
+    let rss_kib = peak_rss_kib(pid).unwrap_or(0);
     let _ = child.kill().await;
 
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
@@ -402,18 +396,7 @@ async fn cluster_side_status(
 }
 
 async fn install(admin: &Client) -> Res {
-    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    let pp = PatchParams::apply("envbridge-bench").force();
-    for crd in [
-        Environment::crd(),
-        TaskSet::crd(),
-        Task::crd(),
-        TaskTemplate::crd(),
-    ] {
-        crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
-            .await?;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    support::install(admin, &[]).await?;
     let tt = TaskTemplate::new(
         TEMPLATE,
         TaskTemplateSpec {
@@ -429,24 +412,7 @@ async fn install(admin: &Client) -> Res {
             },
         },
     );
-    Api::<TaskTemplate>::all(admin.clone())
-        .patch(TEMPLATE, &pp, &Patch::Apply(&tt))
-        .await?;
-    Ok(())
-}
-
-async fn create_ns(admin: &Client, name: &str) -> Res {
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(admin.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Ok(())
+    support::apply_template(admin, &tt).await
 }
 
 /// Metric name (with labels stripped) -> value, from the daemon's /metrics.
@@ -467,10 +433,4 @@ async fn scrape(http: &str) -> Res<BTreeMap<String, f64>> {
         }
     }
     Ok(m)
-}
-
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }

@@ -11,33 +11,29 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envbridge::control::sim::{SimConfig, SimMode, Simulator, bind, serve};
-use envbridge::crd::{
-    Environment, EnvironmentSpec, Task, TaskSet, TaskSetRef, TaskSetSpec, TaskStatus, TaskTemplate,
-};
+use envbridge::crd::{Environment, EnvironmentSpec, Task, TaskStatus, TaskTemplate};
 use envbridge::operator::names::{task_annotations, task_labels};
 use envbridge::operator::pod::{PodSettings, build_pod};
 use envbridge::operator::requests::{RequestCount, counting_client};
 use envbridge::operator::service::build_service;
-use envbridge::operator::task_sets::{build_task, tasks_sha256};
+use envbridge::operator::task_sets::build_task;
 use envbridge::plan::{ControlMode, EnvVar, TaskRef};
 use envbridge::state::State;
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::pinned_kind;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Config, CustomResourceExt, ResourceExt};
+use kube::{Api, Client, Config, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-type Res<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+mod support;
+
+use support::{Res, create_ns, delete_ns, env_num, install, peak_rss_kib};
 
 const CLASSES: [(&str, ControlMode); 3] = [
     ("readout", ControlMode::Direct),
@@ -46,13 +42,6 @@ const CLASSES: [(&str, ControlMode); 3] = [
 ];
 const DISCOVERY_PORT: u16 = 47000;
 const TIMEOUT: Duration = Duration::from_secs(900);
-
-fn env_num(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn main() -> Res {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -71,7 +60,7 @@ async fn run() -> Res {
     );
     let info = envbridge::dev::ensure_up(nodes as u32).await?;
     let admin = envbridge::dev::client_for(&info.kubeconfig).await?;
-    install(&admin).await?;
+    install(&admin, &CLASSES.map(|(c, _)| c)).await?;
     let suffix = std::process::id();
 
     // The raw floor.
@@ -92,12 +81,13 @@ async fn run() -> Res {
         "floor: {:.2?} wall, {floor_requests} apiserver requests",
         floor_time
     );
-    delete_ns(&admin, &floor_ns).await?;
+    delete_ns(&admin, &floor_ns).await;
 
     // The operator (a child process, as deployed), with task simulators for its pods.
     let op_ns = format!("bench-op-{suffix}");
     create_ns(&admin, &op_ns).await?;
-    let sims = Sims::start(admin.clone(), op_ns.clone());
+    let marks = SharedMarks::default();
+    let sims = Sims::start(admin.clone(), op_ns.clone(), marks.clone());
     let log = std::env::temp_dir().join(format!("envbridge-bench-operator-{suffix}.log"));
     let log_file = std::fs::File::create(&log)?;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
@@ -112,33 +102,61 @@ async fn run() -> Res {
     let pid = child.id().ok_or("operator exited at once")?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let refs = task_refs("bo", nodes, per_node);
-    let t0 = Instant::now();
-    deploy(&admin, &op_ns, "bo", &refs).await?;
     let total = refs.len();
+    let t0 = Instant::now();
+    record(&marks, |m| {
+        m.t0 = Some(t0);
+        m.total = total;
+    });
+    watch_tasks(
+        admin.clone(),
+        op_ns.clone(),
+        marks.clone(),
+        sims.stop.clone(),
+    );
+    // 10 TaskSets of 200 tasks (25 nodes each), then the Environment.
+    envbridge::dev::fixtures::deploy(&admin, &op_ns, "bo", &refs, 200, "envbridge-bench").await?;
+    let env_written = t0.elapsed();
     wait_standby(&admin, &op_ns, "bo", total).await?;
     let op_time = t0.elapsed();
+    // The operator logs the requests it has sent so far (read from its log below).
+    let _ = std::process::Command::new("kill")
+        .args(["-USR1", &pid.to_string()])
+        .status();
+    let marks = marks.lock().map(|m| m.marks.clone()).unwrap_or_default();
     let pods = Api::<Pod>::namespaced(admin.clone(), &op_ns)
         .list(&ListParams::default())
         .await?
         .items
         .len();
-    let rss_kib = peak_rss_kib(pid);
+    let rss_kib = peak_rss_kib(pid).unwrap_or(0);
     let t1 = Instant::now();
     Api::<Environment>::namespaced(admin.clone(), &op_ns)
         .delete("bo", &DeleteParams::default())
         .await?;
     wait_gone(&admin, &op_ns).await?;
     let teardown = t1.elapsed();
+    // Requests so far again (the teardown's are the difference).
+    let _ = std::process::Command::new("kill")
+        .args(["-USR1", &pid.to_string()])
+        .status();
+    tokio::time::sleep(Duration::from_millis(500)).await;
     // SIGTERM (graceful): the operator logs its request count on the way out.
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();
     let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
     sims.stop().await;
-    delete_ns(&admin, &op_ns).await?;
-    let text = std::fs::read_to_string(&log)?;
-    let op_requests = field(&text, "apiserver_requests=").unwrap_or(0);
-    let setup_requests = op_requests; // includes the teardown: reported separately below
+    delete_ns(&admin, &op_ns).await;
+    let text = strip_ansi(&std::fs::read_to_string(&log)?);
+    // First line: at STANDBY; last: after the teardown (SIGUSR1 both times).
+    let line = |at: Option<usize>| at.and_then(|i| text[i..].lines().next()).unwrap_or("");
+    let at_standby = line(text.find("requests so far"));
+    let after_teardown = line(text.rfind("requests so far"));
+    let op_requests = field(at_standby, "apiserver_requests=").unwrap_or(0);
+    let op_by_verb = word(at_standby, "by_verb=").unwrap_or_default();
+    let all_requests = field(after_teardown, "apiserver_requests=").unwrap_or(0);
+    let all_by_verb = word(after_teardown, "by_verb=").unwrap_or_default();
 
     let ratio = op_time.as_secs_f64() / floor_time.as_secs_f64();
     println!(
@@ -146,7 +164,20 @@ async fn run() -> Res {
         op_time
     );
     println!(
-        "operator: {setup_requests} apiserver requests over the whole run (deploy + STANDBY + teardown), floor {floor_requests}"
+        "operator: TaskSets and Environment written at {:.2?}; from there to STANDBY {:.2?}, ratio to floor {:.2}",
+        env_written,
+        op_time - env_written,
+        (op_time - env_written).as_secs_f64() / floor_time.as_secs_f64()
+    );
+    for (what, at) in &marks {
+        println!("operator: {what} at {:.2?}", at);
+    }
+    println!(
+        "operator: {op_requests} apiserver requests to STANDBY (floor {floor_requests}): {op_by_verb}"
+    );
+    println!(
+        "operator: {} more requests for the teardown ({all_requests} in all: {all_by_verb})",
+        all_requests.saturating_sub(op_requests)
     );
     println!("operator: peak RSS {:.1} MiB", rss_kib as f64 / 1024.0);
     println!(
@@ -156,20 +187,100 @@ async fn run() -> Res {
     println!(
         "{}",
         json!({"tasks": total, "nodes": nodes, "floor_ms": floor_time.as_millis() as u64, "floor_requests": floor_requests,
-               "operator_ms": op_time.as_millis() as u64, "operator_requests": op_requests, "ratio": (ratio * 100.0).round() / 100.0,
+               "operator_ms": op_time.as_millis() as u64, "environment_written_ms": env_written.as_millis() as u64, "operator_requests": op_requests, "operator_requests_by_verb": op_by_verb,
+               "operator_requests_with_teardown": all_requests, "ratio": (ratio * 100.0).round() / 100.0,
                "operator_peak_rss_mib": (rss_kib as f64 / 1024.0).round(), "teardown_ms": teardown.as_millis() as u64})
     );
     Ok(())
 }
 
+/// The number after the last `key` in `text`.
 fn field(text: &str, key: &str) -> Option<u64> {
-    let plain = strip_ansi(text);
-    let at = plain.rfind(key)? + key.len();
-    plain[at..]
+    let at = text.rfind(key)? + key.len();
+    text[at..]
         .split(|c: char| !c.is_ascii_digit())
         .next()?
         .parse()
         .ok()
+}
+
+/// The word after the first `key` in `text`.
+fn word(text: &str, key: &str) -> Option<String> {
+    let at = text.find(key)? + key.len();
+    text[at..].split_whitespace().next().map(str::to_string)
+}
+
+/// When the operator's objects reached their milestones, from the watches of this process:
+/// the simulators' pod watch, and a metadata-only Task watch (cheap for the apiserver).
+#[derive(Default)]
+struct Marks {
+    t0: Option<Instant>,
+    total: usize,
+    marks: Vec<(&'static str, Duration)>,
+    tasks: HashSet<String>,
+    pods: HashSet<String>,
+    running: HashSet<String>,
+}
+
+type SharedMarks = Arc<std::sync::Mutex<Marks>>;
+
+impl Marks {
+    fn mark(&mut self, what: &'static str) {
+        if let Some(t0) = self.t0
+            && !self.marks.iter().any(|(w, _)| *w == what)
+        {
+            self.marks.push((what, t0.elapsed()));
+        }
+    }
+
+    fn task(&mut self, name: String) {
+        self.tasks.insert(name);
+        self.mark("first Task created");
+        if self.tasks.len() >= self.total {
+            self.mark("all Tasks created");
+        }
+    }
+
+    fn pod(&mut self, name: String, running: bool) {
+        self.pods.insert(name.clone());
+        self.mark("first Pod created");
+        if self.pods.len() >= self.total {
+            self.mark("all Pods created");
+        }
+        if running {
+            self.running.insert(name);
+            self.mark("first pod Running");
+            if self.running.len() >= self.total {
+                self.mark("all pods Running");
+            }
+        }
+    }
+}
+
+fn record(marks: &SharedMarks, f: impl FnOnce(&mut Marks)) {
+    if let Ok(mut m) = marks.lock() {
+        f(&mut m);
+    }
+}
+
+/// Feeds `marks` with the Tasks of `ns` as they appear, until cancelled.
+fn watch_tasks(client: Client, ns: String, marks: SharedMarks, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let api = Api::<kube::core::PartialObjectMeta<Task>>::namespaced(client, &ns);
+        let mut w = watcher(api, Default::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        loop {
+            let next = tokio::select! {
+                _ = stop.cancelled() => return,
+                n = w.next() => n,
+            };
+            if let Some(Ok(t)) = next {
+                record(&marks, |m| m.task(t.metadata.name.unwrap_or_default()));
+            }
+        }
+    });
 }
 
 fn strip_ansi(s: &str) -> String {
@@ -184,16 +295,6 @@ fn strip_ansi(s: &str) -> String {
         }
     }
     out
-}
-
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 fn task_refs(env: &str, nodes: usize, per_node: usize) -> Vec<TaskRef> {
@@ -266,6 +367,7 @@ async fn floor(client: &Client, ns: &str, refs: &[TaskRef], concurrency: usize) 
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
     let pp = PostParams::default();
+    let t0 = Instant::now();
     let created: Vec<Task> = stream::iter(refs.iter().cloned())
         .map(|r| {
             let (tasks, pods, svcs, pp, tmpl, settings) =
@@ -298,6 +400,10 @@ async fn floor(client: &Client, ns: &str, refs: &[TaskRef], concurrency: usize) 
         .buffer_unordered(concurrency)
         .try_collect()
         .await?;
+    println!(
+        "floor: all Tasks, Pods, Services created at {:.2?}",
+        t0.elapsed()
+    );
     // Wait (watch) until every pod runs with an IP, then write each Task's status once.
     let mut ips: BTreeMap<String, String> = BTreeMap::new();
     let mut w = watcher(pods.clone(), watcher::Config::default())
@@ -315,6 +421,7 @@ async fn floor(client: &Client, ns: &str, refs: &[TaskRef], concurrency: usize) 
         }
     }
     drop(w);
+    println!("floor: all pods Running at {:.2?}", t0.elapsed());
     let ppa = PatchParams::apply("envbridge-bench-floor").force();
     stream::iter(created)
         .map(|t| {
@@ -336,46 +443,6 @@ async fn floor(client: &Client, ns: &str, refs: &[TaskRef], concurrency: usize) 
         })
         .buffer_unordered(concurrency)
         .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
-}
-
-async fn deploy(admin: &Client, ns: &str, name: &str, refs: &[TaskRef]) -> Res {
-    let pp = PatchParams::apply("envbridge-bench").force();
-    let sets: Api<TaskSet> = Api::namespaced(admin.clone(), ns);
-    let mut set_refs = Vec::new();
-    // One TaskSet per 25 nodes (200 tasks, well under 1 MiB).
-    for (i, chunk) in refs.chunks(200).enumerate() {
-        let set_name = format!("{name}-{i}");
-        let set = TaskSet::new(
-            &set_name,
-            TaskSetSpec {
-                environment: name.into(),
-                tasks: chunk.to_vec(),
-            },
-        );
-        sets.patch(&set_name, &pp, &Patch::Apply(&set)).await?;
-        set_refs.push(TaskSetRef {
-            name: set_name,
-            sha256: tasks_sha256(chunk),
-            tasks: chunk.len() as u32,
-        });
-    }
-    let nodes: HashSet<&str> = refs.iter().map(|r| r.node.as_str()).collect();
-    let env = Environment::new(
-        name,
-        EnvironmentSpec {
-            id: name.into(),
-            workflow: "readout-dataflow".into(),
-            nodes: nodes.len() as u32,
-            tasks: refs.len() as u32,
-            task_sets: set_refs,
-            desired_state: State::Standby,
-            ..Default::default()
-        },
-    );
-    Api::<Environment>::namespaced(admin.clone(), ns)
-        .patch(name, &pp, &Patch::Apply(&env))
         .await?;
     Ok(())
 }
@@ -435,72 +502,6 @@ async fn wait_gone(admin: &Client, ns: &str) -> Res {
     }
 }
 
-async fn create_ns(admin: &Client, name: &str) -> Res {
-    let ns: Namespace = serde_json::from_value(
-        json!({"metadata": {"name": name, "labels": {"envbridge.dev/bench": "true"}}}),
-    )?;
-    Api::<Namespace>::all(admin.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Ok(())
-}
-
-async fn delete_ns(admin: &Client, name: &str) -> Res {
-    let _ = Api::<Namespace>::all(admin.clone())
-        .delete(name, &DeleteParams::background())
-        .await;
-    Ok(())
-}
-
-async fn install(admin: &Client) -> Res {
-    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    let pp = PatchParams::apply("envbridge-bench").force();
-    for crd in [
-        Environment::crd(),
-        TaskSet::crd(),
-        Task::crd(),
-        TaskTemplate::crd(),
-    ] {
-        crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
-            .await?;
-        let cond = kube::runtime::conditions::is_crd_established();
-        tokio::time::timeout(
-            TIMEOUT,
-            kube::runtime::wait::await_condition(crds.clone(), &crd.name_any(), cond),
-        )
-        .await??;
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
-    for (class, _) in CLASSES {
-        apply_file(admin, &root.join(format!("task-templates/{class}.yaml"))).await?;
-    }
-    Ok(())
-}
-
-async fn apply_file(client: &Client, path: &Path) -> Res {
-    let text = std::fs::read_to_string(path)?;
-    for doc in serde_saphyr::from_multiple::<serde_json::Value>(&text)? {
-        let obj: DynamicObject = serde_json::from_value(doc.clone())?;
-        let tm = obj
-            .types
-            .clone()
-            .ok_or("document without apiVersion/kind")?;
-        let (group, version) = tm
-            .api_version
-            .split_once('/')
-            .unwrap_or(("", tm.api_version.as_str()));
-        let (ar, _) = pinned_kind(client, &GroupVersionKind::gvk(group, version, &tm.kind)).await?;
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        api.patch(
-            &obj.name_any(),
-            &PatchParams::apply("envbridge-bench").force(),
-            &Patch::Apply(&doc),
-        )
-        .await?;
-    }
-    Ok(())
-}
-
 /// Task simulators for the operator's pods (what `envbridge dev sim-runner --in-process`
 /// does), one per Running pod on `<podIP>:$OCC_CONTROL_PORT`.
 struct Sims {
@@ -509,7 +510,7 @@ struct Sims {
 }
 
 impl Sims {
-    fn start(client: Client, ns: String) -> Sims {
+    fn start(client: Client, ns: String, marks: SharedMarks) -> Sims {
         let stop = CancellationToken::new();
         let token = stop.clone();
         let handle = tokio::spawn(async move {
@@ -527,6 +528,7 @@ impl Sims {
                 let Some(Ok(pod)) = next else { continue };
                 let st = pod.status.as_ref();
                 let running = st.and_then(|s| s.phase.as_deref()) == Some("Running");
+                record(&marks, |m| m.pod(pod.name_any(), running));
                 let Some(ip) = st
                     .and_then(|s| s.pod_ip.as_deref())
                     .and_then(|ip| ip.parse::<IpAddr>().ok())

@@ -22,6 +22,8 @@ use std::process::ExitCode;
 
 pub mod sim_runner;
 
+pub mod fixtures;
+
 pub use error::{DevError, Result};
 pub use plane::{
     ClusterInfo, client_for, current, down, down_in, ensure_up, ensure_up_in, start_apiserver,

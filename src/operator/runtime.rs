@@ -37,6 +37,10 @@ pub struct Ctx {
     pub verified: DashSet<String>,
     /// TaskSet uid -> (resourceVersion, sha256): TaskSets are immutable, hash each once.
     pub set_hashes: DashMap<String, (String, String)>,
+    /// (what, task uid) -> when this operator created (or deleted) the task's Pod or
+    /// Service, until its store shows it: a reconcile in between (store lag) does not send
+    /// the same request again.
+    pub requested: DashMap<(&'static str, String), std::time::Instant>,
     listed: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -199,6 +203,7 @@ pub async fn run_controllers(
         task_sets,
         verified: DashSet::new(),
         set_hashes: DashMap::new(),
+        requested: DashMap::new(),
     });
 
     let task_cfg = controller::Config::default().concurrency(args.task_concurrency);
@@ -387,6 +392,21 @@ pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
         });
         #[cfg(unix)]
         {
+            // SIGUSR1: log the requests sent so far (the benchmark reads them at STANDBY).
+            let c = count.clone();
+            if let Ok(mut usr1) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+            {
+                tokio::spawn(async move {
+                    while usr1.recv().await.is_some() {
+                        info!(
+                            apiserver_requests = c.total(),
+                            by_verb = %c.summary(),
+                            "requests so far"
+                        );
+                    }
+                });
+            }
             let s = shutdown.clone();
             if let Ok(mut term) =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -403,6 +423,7 @@ pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
             apiserver_requests = count.total(),
             reads = count.get.load(std::sync::atomic::Ordering::Relaxed),
             writes = count.write.load(std::sync::atomic::Ordering::Relaxed),
+            by_verb = %count.summary(),
             "operator stopped"
         );
         result

@@ -151,6 +151,12 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
             );
             return Ok(());
         }
+        if let Some(left) = awaiting_store(ctx, POD, &task_uid) {
+            // Created a moment ago, not in the store yet: its event brings the next reconcile.
+            step.write_status = false;
+            step.action = Some(Action::requeue(left));
+            return Ok(());
+        }
         create_pod(task, ctx, st, step, &labels, None).await?;
         // The pod first (it has to start), then its Service.
         if st.state != Some(State::Error) {
@@ -158,6 +164,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         }
         return Ok(());
     };
+    ctx.requested.remove(&(POD, task_uid.clone()));
     ensure_service(task, ctx, &labels).await?;
 
     let view = observe(&pod);
@@ -211,12 +218,13 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         if st.state.is_none() {
             st.state = Some(State::Deploying);
         }
-        // A pod that starts at once gets one status write (when running); one still
-        // pending after a moment is reported as such.
+        // A pod that starts gets one status write (when its process answers); one still
+        // pending long after its creation is reported as such. Failures are reported at
+        // once above.
         let age = pod_age(&pod);
-        if age < PENDING_QUIET && task.status.is_none() {
+        if age < PENDING_REPORT && task.status.is_none() {
             step.write_status = false;
-            step.action = Some(Action::requeue(PENDING_QUIET - age));
+            step.action = Some(Action::requeue(PENDING_REPORT - age));
         }
         return Ok(());
     };
@@ -252,6 +260,9 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
                     if since < limit {
                         debug!(task = %name, error = %e, "control port not reachable yet");
                         st.state.get_or_insert(State::Deploying);
+                        // Nothing to report yet: the write comes with the answer (or the
+                        // failure once the limit has passed).
+                        step.write_status = false;
                         step.action = Some(Action::requeue(Duration::from_millis(500)));
                         return Ok(());
                     }
@@ -521,8 +532,24 @@ fn forget_endpoint(task: &Task) {
     }
 }
 
-/// How long a fresh pod may stay Pending before its Task reports it.
-const PENDING_QUIET: Duration = Duration::from_secs(2);
+/// How long a fresh pod may stay Pending before its Task reports it (no status write per
+/// task while thousands of pods start; failures are reported at once regardless).
+const PENDING_REPORT: Duration = Duration::from_secs(60);
+
+/// How long a Pod or Service this operator created may stay out of its store before it is
+/// created again (normally its watch event arrives well within this).
+const STORE_LAG: Duration = Duration::from_secs(30);
+
+const POD: &str = "Pod";
+const SERVICE: &str = "Service";
+const POD_DELETION: &str = "Pod deletion";
+const SERVICE_DELETION: &str = "Service deletion";
+
+/// Time left to wait when this operator sent the request `what` for the task moments ago.
+fn awaiting_store(ctx: &Ctx, what: &'static str, task_uid: &str) -> Option<Duration> {
+    let at = *ctx.requested.get(&(what, task_uid.to_string()))?;
+    STORE_LAG.checked_sub(at.elapsed())
+}
 
 fn pod_age(pod: &Pod) -> Duration {
     match pod.metadata.creation_timestamp.as_ref() {
@@ -623,6 +650,10 @@ async fn create_pod(
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(Error::kube("create", "Pod", &ns, &name, e)),
     }
+    ctx.requested.insert(
+        (POD, task.uid().unwrap_or_default()),
+        std::time::Instant::now(),
+    );
     if st.state == Some(State::Error) && st.message.is_some() {
         // An earlier node or template problem is solved now.
         st.state = None;
@@ -647,9 +678,13 @@ async fn ensure_service(
     let ns = task.namespace().unwrap_or_default();
     let port = ctx.args.headless_discovery_port;
     let sname = service_name(&task.name_any());
-    if let Some(svc) = ctx.services.get(&ObjectRef::new(&sname).within(&ns))
-        && service_matches(&svc, port)
-    {
+    let key = (SERVICE, task.uid().unwrap_or_default());
+    if let Some(svc) = ctx.services.get(&ObjectRef::new(&sname).within(&ns)) {
+        ctx.requested.remove(&key);
+        if service_matches(&svc, port) {
+            return Ok(());
+        }
+    } else if awaiting_store(ctx, SERVICE, &key.1).is_some() {
         return Ok(());
     }
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
@@ -681,10 +716,14 @@ async fn ensure_service(
         .map(|_| ())
     };
     match res {
-        Ok(()) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(Error::kube("write", "Service", &ns, &sname, e)),
+        Ok(()) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(Error::kube("write", "Service", &ns, &sname, e)),
     }
+    if !exists {
+        ctx.requested.insert(key, std::time::Instant::now());
+    }
+    Ok(())
 }
 
 async fn write_status(ctx: &Ctx, task: &Task, st: &TaskStatus) -> Result<()> {
@@ -716,10 +755,13 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
     let ns = task.namespace().unwrap_or_default();
     let name = task.name_any();
     let sname = service_name(&name);
+    let uid = task.uid().unwrap_or_default();
     let pod = ctx.pods.get(&ObjectRef::new(&name).within(&ns));
     let svc = ctx.services.get(&ObjectRef::new(&sname).within(&ns));
+    // One delete each: while the store has not shown the deletion yet, not another.
     if let Some(p) = &pod
         && p.metadata.deletion_timestamp.is_none()
+        && awaiting_store(ctx, POD_DELETION, &uid).is_none()
     {
         delete_ignore_missing(
             &Api::<Pod>::namespaced(ctx.client.clone(), &ns),
@@ -728,9 +770,12 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
             &ns,
         )
         .await?;
+        ctx.requested
+            .insert((POD_DELETION, uid.clone()), std::time::Instant::now());
     }
     if let Some(s) = &svc
         && s.metadata.deletion_timestamp.is_none()
+        && awaiting_store(ctx, SERVICE_DELETION, &uid).is_none()
     {
         delete_ignore_missing(
             &Api::<Service>::namespaced(ctx.client.clone(), &ns),
@@ -739,9 +784,12 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
             &ns,
         )
         .await?;
+        ctx.requested
+            .insert((SERVICE_DELETION, uid.clone()), std::time::Instant::now());
     }
     if pod.is_some() || svc.is_some() {
-        return Ok(Action::requeue(Duration::from_millis(500)));
+        // Their deletion events bring the next reconcile; this is the fallback.
+        return Ok(Action::requeue(Duration::from_secs(2)));
     }
     let rest: Vec<String> = task
         .finalizers()
@@ -760,7 +808,10 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
         Err(kube::Error::Api(s)) if s.is_not_found() => {}
         Err(e) => return Err(Error::kube("remove finalizer from", "Task", &ns, &name, e)),
     }
-    ctx.verified.remove(&task.uid().unwrap_or_default());
+    for what in [POD, SERVICE, POD_DELETION, SERVICE_DELETION] {
+        ctx.requested.remove(&(what, uid.clone()));
+    }
+    ctx.verified.remove(&uid);
     forget_endpoint(task);
     Ok(Action::await_change())
 }

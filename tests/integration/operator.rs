@@ -10,13 +10,10 @@ use envbridge::crd::{
     TransitionPhase, TransitionRequest,
 };
 use envbridge::operator::OperatorArgs;
-use envbridge::operator::task_sets::tasks_sha256;
 use envbridge::plan::{ControlMode, EnvVar, TaskRef};
 use envbridge::state::{Event, State};
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::pinned_kind;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, Config, ResourceExt};
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -109,42 +106,15 @@ async fn fixture(test: &str) -> Res<Fixture> {
 async fn install(admin: &Client) -> Res {
     envbridge::install::crds(admin).await?;
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
-    apply_file(admin, &root.join("deploy/operator-rbac.yaml")).await?;
-    for t in ["readout", "stfbuilder-senderoutput", "stfsender"] {
-        apply_file(admin, &root.join(format!("task-templates/{t}.yaml"))).await?;
-    }
-    Ok(())
-}
-
-async fn apply_file(client: &Client, path: &Path) -> Res {
-    let text = std::fs::read_to_string(path)?;
-    for doc in serde_saphyr::from_multiple::<serde_json::Value>(&text)? {
-        if doc.is_null() {
-            continue;
-        }
-        let obj: DynamicObject = serde_json::from_value(doc.clone())?;
-        let tm = obj
-            .types
-            .clone()
-            .ok_or("document without apiVersion/kind")?;
-        let (group, version) = tm
-            .api_version
-            .split_once('/')
-            .unwrap_or(("", tm.api_version.as_str()));
-        let (ar, caps) =
-            pinned_kind(client, &GroupVersionKind::gvk(group, version, &tm.kind)).await?;
-        let api: Api<DynamicObject> = match (&caps.scope, obj.namespace()) {
-            (kube::discovery::Scope::Namespaced, Some(ns)) => {
-                Api::namespaced_with(client.clone(), &ns, &ar)
-            }
-            _ => Api::all_with(client.clone(), &ar),
-        };
-        api.patch(
-            &obj.name_any(),
-            &PatchParams::apply("envbridge-tests").force(),
-            &Patch::Apply(&doc),
-        )
-        .await?;
+    let files = ["deploy/operator-rbac.yaml"]
+        .into_iter()
+        .map(String::from)
+        .chain(
+            ["readout", "stfbuilder-senderoutput", "stfsender"]
+                .map(|t| format!("task-templates/{t}.yaml")),
+        );
+    for file in files {
+        envbridge::dev::fixtures::apply_file(admin, &root.join(file), "envbridge-tests").await?;
     }
     Ok(())
 }
@@ -235,41 +205,8 @@ fn task_ref(env: &str, host: &str, class: &str, n: u16, mode: ControlMode) -> Ta
 
 /// Writes the TaskSets (chunks of `per_set`) and then the Environment naming them.
 async fn deploy(fx: &Fixture, name: &str, tasks: &[TaskRef], per_set: usize) -> Res {
-    let pp = PatchParams::apply("envbridge-tests").force();
-    let sets: Api<TaskSet> = Api::namespaced(fx.admin.clone(), &fx.ns);
-    let mut refs = Vec::new();
-    for (i, chunk) in tasks.chunks(per_set.max(1)).enumerate() {
-        let set_name = format!("{name}-{i}");
-        let set = TaskSet::new(
-            &set_name,
-            TaskSetSpec {
-                environment: name.into(),
-                tasks: chunk.to_vec(),
-            },
-        );
-        sets.patch(&set_name, &pp, &Patch::Apply(&set)).await?;
-        refs.push(TaskSetRef {
-            name: set_name,
-            sha256: tasks_sha256(chunk),
-            tasks: chunk.len() as u32,
-        });
-    }
-    let nodes: std::collections::BTreeSet<&str> = tasks.iter().map(|t| t.node.as_str()).collect();
-    let env = Environment::new(
-        name,
-        EnvironmentSpec {
-            id: name.into(),
-            workflow: "readout-dataflow".into(),
-            nodes: nodes.len() as u32,
-            tasks: tasks.len() as u32,
-            task_sets: refs,
-            desired_state: State::Standby,
-            ..Default::default()
-        },
-    );
-    Api::<Environment>::namespaced(fx.admin.clone(), &fx.ns)
-        .patch(name, &pp, &Patch::Apply(&env))
-        .await?;
+    let manager = "envbridge-tests";
+    envbridge::dev::fixtures::deploy(&fx.admin, &fx.ns, name, tasks, per_set, manager).await?;
     Ok(())
 }
 
