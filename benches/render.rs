@@ -73,10 +73,10 @@ fn main() {
                 }
             };
             render_t.push(t0.elapsed());
-            assert_eq!(r.tasks.len(), tasks);
+            assert_eq!(r.tasks().len(), tasks);
             objects = r.task_sets.len() + 1;
             let t1 = Instant::now();
-            let view: Vec<TaskView> = r.tasks.iter().map(TaskView::from).collect();
+            let view: Vec<TaskView> = r.tasks().map(TaskView::from).collect();
             let json = serde_json::to_vec(&view).expect("serialize");
             ser_t.push(t1.elapsed());
             bytes = json.len();

@@ -99,7 +99,8 @@ fn corpus_resources_cleanup_renders_with_a_site_profile() {
         ..RenderRequest::default()
     };
     let r = plan::render(&req).unwrap_or_else(|e| panic!("{e}"));
-    let paths: Vec<&str> = r.tasks.iter().map(|t| t.path.as_str()).collect();
+    let tasks: Vec<_> = r.tasks().collect();
+    let paths: Vec<&str> = tasks.iter().map(|t| t.path.as_str()).collect();
     assert_eq!(
         paths,
         [
@@ -109,7 +110,7 @@ fn corpus_resources_cleanup_renders_with_a_site_profile() {
             "resources-cleanup.host-flp002.o2-roc-cleanup",
         ]
     );
-    let roc = &r.tasks[1];
+    let roc = tasks[1];
     assert_eq!(roc.node, "flp001");
     assert_eq!(roc.user.as_deref(), Some("root"));
     assert_eq!(
@@ -137,21 +138,21 @@ fn corpus_resources_cleanup_renders_with_a_site_profile() {
         ]
     );
     // Two tasks on one node: distinct control ports.
-    assert_ne!(r.tasks[0].control_port, r.tasks[1].control_port);
+    assert_ne!(tasks[0].control_port, tasks[1].control_port);
     // --set disables a role.
     let mut req2 = req.clone();
     req2.sets
         .push(("roc_cleanup_enabled".into(), "false".into()));
-    assert_eq!(plan::render(&req2).unwrap().tasks.len(), 2);
+    assert_eq!(plan::render(&req2).unwrap().tasks().len(), 2);
 }
 
 #[test]
 fn golden_readout_dataflow_3_hosts() {
     let r = plan::render(&ours(r#"["flp001","flp002","flp003"]"#, "demo"))
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(r.tasks.len(), 9);
+    assert_eq!(r.tasks().len(), 9);
     // The stfb's readout input is the readout's output: the same IPC address on one node.
-    let find = |p: &str| r.tasks.iter().find(|t| t.path == p).unwrap();
+    let find = |p: &str| r.tasks().find(|t| t.path == p).unwrap();
     let ro = find("readout-dataflow.host-flp002.readout");
     let stfb = find("readout-dataflow.host-flp002.data-distribution.stfb");
     let stfs = find("readout-dataflow.host-flp002.data-distribution.stfs");
@@ -173,7 +174,7 @@ fn golden_readout_dataflow_3_hosts() {
             .ends_with(&["--control-port".to_string(), stfb.control_port.to_string()])
     );
 
-    let tasks = plan::tasks_json(&r.tasks);
+    let tasks = plan::tasks_json(r.tasks());
     let objects = yaml_stream(&r);
     let bless = std::env::var_os("ENVBRIDGE_BLESS").is_some();
     for (file, got) in [
@@ -208,7 +209,7 @@ fn deterministic_and_distinct_across_environments() {
         serde_json::to_string(&b.to_json_values()).unwrap()
     );
     let c = plan::render(&ours(r#"["flp001","flp002"]"#, "E2")).unwrap();
-    for (x, y) in a.tasks.iter().zip(&c.tasks) {
+    for (x, y) in a.tasks().zip(c.tasks()) {
         assert_ne!(x.name, y.name);
         assert_eq!(x.path, y.path);
     }
@@ -298,7 +299,7 @@ fn large_environments_fit_every_object_under_1_mib() {
         let dir = tempfile::tempdir().unwrap();
         synthetic(dir.path(), per_node);
         let r = plan::render(&big_request(dir.path(), nodes)).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(r.tasks.len(), nodes * per_node);
+        assert_eq!(r.tasks().len(), nodes * per_node);
         assert!(r.task_sets.len() > 1, "split into several TaskSets");
         for v in r.to_json_values() {
             let n = serde_json::to_vec(&v).unwrap().len();
@@ -307,7 +308,7 @@ fn large_environments_fit_every_object_under_1_mib() {
         assert!(serde_saphyr::to_string(&r.environment).unwrap().len() < MIB);
         // Ports: unique per node, control and TCP disjoint.
         let mut seen = std::collections::HashSet::new();
-        for t in &r.tasks {
+        for t in r.tasks() {
             assert!(seen.insert((t.node.clone(), t.control_port)));
             if let Some(a) = t.channels.get("chans.out.0.address") {
                 let port: u16 = a.rsplit(':').next().unwrap().parse().unwrap();
@@ -323,7 +324,7 @@ fn reserved_ports_are_skipped() {
     req.reserved_ports
         .insert("flp001".into(), [47100u16, 47101].into_iter().collect());
     let r = plan::render(&req).unwrap();
-    assert!(r.tasks.iter().all(|t| t.control_port >= 47102));
+    assert!(r.tasks().all(|t| t.control_port >= 47102));
 }
 
 // ---- one test per error class: message and FILE:LINE:COLUMN ----

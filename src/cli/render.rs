@@ -73,7 +73,7 @@ pub fn run(a: RenderArgs) -> ExitCode {
         }
     };
     let text = match a.output {
-        Output::Tasks => plan::tasks_json(&rendered.tasks),
+        Output::Tasks => plan::tasks_json(rendered.tasks()),
         Output::Json => {
             let mut s =
                 serde_json::to_string_pretty(&rendered.to_json_values()).unwrap_or_default();

@@ -15,13 +15,22 @@ use crate::state::State;
 pub struct Rendered {
     pub environment: Environment,
     pub task_sets: Vec<TaskSet>,
-    /// Every task, sorted by node then role path (the `-o tasks` view reads this).
-    pub tasks: Vec<TaskRef>,
     /// Ports taken per node (control and TCP), for keeping later environments disjoint.
     pub ports: BTreeMap<String, std::collections::BTreeSet<u16>>,
 }
 
 impl Rendered {
+    /// Every task, sorted by node then role path (the `-o tasks` view reads this): the TaskSets
+    /// hold them in that order, so this is a view over them, not a second copy.
+    pub fn tasks(&self) -> impl ExactSizeIterator<Item = &TaskRef> + Clone {
+        Tasks {
+            sets: &self.task_sets,
+            set: 0,
+            at: 0,
+            left: self.task_sets.iter().map(|s| s.spec.tasks.len()).sum(),
+        }
+    }
+
     /// The objects as JSON values, TaskSets first.
     pub fn to_json_values(&self) -> Vec<serde_json::Value> {
         let mut out: Vec<serde_json::Value> = self
@@ -35,6 +44,37 @@ impl Rendered {
         out
     }
 }
+
+/// The tasks of a list of TaskSets in order, with a known length.
+#[derive(Clone)]
+struct Tasks<'a> {
+    sets: &'a [TaskSet],
+    set: usize,
+    at: usize,
+    left: usize,
+}
+
+impl<'a> Iterator for Tasks<'a> {
+    type Item = &'a TaskRef;
+
+    fn next(&mut self) -> Option<&'a TaskRef> {
+        while let Some(s) = self.sets.get(self.set) {
+            if let Some(t) = s.spec.tasks.get(self.at) {
+                self.at += 1;
+                self.left -= 1;
+                return Some(t);
+            }
+            (self.set, self.at) = (self.set + 1, 0);
+        }
+        None
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Tasks<'_> {}
 
 fn meta(name: &str, namespace: Option<&str>, env_name: &str) -> ObjectMeta {
     let mut l = BTreeMap::new();
@@ -50,7 +90,7 @@ fn meta(name: &str, namespace: Option<&str>, env_name: &str) -> ObjectMeta {
 
 /// Splits the tasks into TaskSets of at most `budget` bytes of task JSON (a node's tasks stay
 /// together unless they alone exceed the budget) and builds the Environment.
-pub fn objects(plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
+pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
     let env_name = plan.environment_name.clone();
     // Each task is serialized once: its size decides the packing, and a set's JSON array is the
     // concatenation (`[a,b,...]` is exactly what serde_json writes for the Vec), hashed as is.
@@ -93,6 +133,14 @@ pub fn objects(plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
     if start < tasks.len() {
         groups.push(start..tasks.len());
     }
+    let nodes = tasks
+        .iter()
+        .map(|t| t.node.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let total = tasks.len();
+    // The tasks move into their sets in order (the groups are consecutive ranges).
+    let mut moved = std::mem::take(&mut plan.tasks).into_iter();
     let mut task_sets = Vec::with_capacity(groups.len());
     let mut refs = Vec::with_capacity(groups.len());
     for (idx, range) in groups.into_iter().enumerate() {
@@ -108,7 +156,7 @@ pub fn objects(plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
         let sha = hex::encode(hasher.finalize());
         // The content hash in the name: a changed render writes new sets, never edits old ones.
         let name = format!("{env_name}-{idx:04}-{}", &sha[..10]);
-        let group = tasks[range].to_vec();
+        let group: Vec<TaskRef> = moved.by_ref().take(range.len()).collect();
         refs.push(TaskSetRef {
             name: name.clone(),
             sha256: sha,
@@ -124,12 +172,6 @@ pub fn objects(plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
         ts.metadata = meta(&name, namespace, &env_name);
         task_sets.push(ts);
     }
-    let nodes = plan
-        .tasks
-        .iter()
-        .map(|t| t.node.as_str())
-        .collect::<std::collections::BTreeSet<_>>()
-        .len();
     let hooks = plan
         .hooks
         .iter()
@@ -145,7 +187,7 @@ pub fn objects(plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
         id: plan.environment_id.clone(),
         workflow: plan.workflow.clone(),
         nodes: u32::try_from(nodes).unwrap_or(u32::MAX),
-        tasks: u32::try_from(plan.tasks.len()).unwrap_or(u32::MAX),
+        tasks: u32::try_from(total).unwrap_or(u32::MAX),
         task_sets: refs,
         hooks,
         desired_state: State::Standby,
@@ -156,7 +198,6 @@ pub fn objects(plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
     Rendered {
         environment,
         task_sets,
-        tasks: plan.tasks,
         ports: plan.ports,
     }
 }

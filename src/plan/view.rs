@@ -36,8 +36,8 @@ impl<'a> From<&'a TaskRef> for TaskView<'a> {
 }
 
 /// The view of every task as a JSON array (pretty-printed, with a trailing newline).
-pub fn tasks_json(tasks: &[TaskRef]) -> String {
-    let view: Vec<TaskView> = tasks.iter().map(TaskView::from).collect();
+pub fn tasks_json<'a>(tasks: impl IntoIterator<Item = &'a TaskRef>) -> String {
+    let view: Vec<TaskView> = tasks.into_iter().map(TaskView::from).collect();
     let mut s = serde_json::to_string_pretty(&view).unwrap_or_else(|_| "[]".to_string());
     s.push('\n');
     s
