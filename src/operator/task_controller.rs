@@ -19,7 +19,7 @@ use super::hooks;
 use super::names::{service_name, task_annotations, task_labels};
 use super::nodes::resolve;
 use super::pod::build_pod;
-use super::pod_status::observe;
+use super::pod_status::{PodView, observe};
 use super::runtime::Ctx;
 use super::service::{build_service, service_matches};
 use super::task_sets::TASK_FINALIZER;
@@ -176,13 +176,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         step.action = Some(Action::requeue(Duration::from_secs(1)));
         return Ok(());
     }
-    st.pod_phase = Some(view.phase.clone());
-    st.pod_ip = view.ip.clone();
-    st.node_name = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .or(st.node_name.take());
+    record_pod(st, &view, &pod);
     if let Some(failure) = view.failure {
         forget_endpoint(task);
         fail(st, task, failure);
@@ -395,13 +389,7 @@ async fn drive_hook(
         }
     };
     let view = observe(pod);
-    st.pod_phase = Some(view.phase.clone());
-    st.pod_ip = view.ip.clone();
-    st.node_name = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .or(st.node_name.take());
+    record_pod(st, &view, pod);
     let age = pod_age(pod);
     let failure = match (view.failure, view.succeeded) {
         (Some(f), _) => Some(f),
@@ -814,4 +802,15 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
     ctx.verified.remove(&uid);
     forget_endpoint(task);
     Ok(Action::await_change())
+}
+
+/// What the Task's status shows of its pod: phase, IP and node.
+fn record_pod(st: &mut TaskStatus, view: &PodView, pod: &Pod) {
+    st.pod_phase = Some(view.phase.clone());
+    st.pod_ip = view.ip.clone();
+    st.node_name = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .or(st.node_name.take());
 }
