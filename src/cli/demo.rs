@@ -199,7 +199,7 @@ async fn demo(
         created.nodes,
         t.elapsed().as_millis()
     ));
-    kubectl.show(&created.namespace);
+    kubectl.show_when(&created.namespace, &created.id, "STANDBY");
 
     let mut timings = serde_json::Map::new();
     for (event, run_args) in [
@@ -219,7 +219,7 @@ async fn demo(
             "{} tasks {} in {ms} ms",
             reply.tasks, reply.target_state
         ));
-        kubectl.show(&created.namespace);
+        kubectl.show_when(&created.namespace, &created.id, &reply.target_state);
         timings.insert(event.to_string(), json!(ms));
     }
 
@@ -257,7 +257,7 @@ async fn demo(
         "CONFIGURE failed after {failure_ms} ms: task {} on {}: {}",
         failed.task, failed.node, failed.message
     ));
-    kubectl.show(&failing.namespace);
+    kubectl.show_when(&failing.namespace, &failing.id, "ERROR");
     let failed_task = failed.task.clone();
     destroy(api, &failing.id).await?;
     live.environments.retain(|id| id != &failing.id);
@@ -383,6 +383,26 @@ struct Kubectl {
 }
 
 impl Kubectl {
+    /// Shows the table once the Environment's aggregated state is `state` (at most 3 s): the
+    /// daemon answers from the tasks, and the operator writes the Environment's status a
+    /// moment later (debounced), so the table agrees with the line printed above it.
+    fn show_when(&self, namespace: &str, name: &str, state: &str) {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            let out = std::process::Command::new(&self.bin)
+                .env("KUBECONFIG", &self.kubeconfig)
+                .args(["get", "environment", name, "-n", namespace])
+                .args(["-o", "jsonpath={.status.state}"])
+                .output();
+            let shown = out.map(|o| String::from_utf8_lossy(&o.stdout).trim() == state);
+            if shown.unwrap_or(false) || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.show(namespace);
+    }
+
     fn show(&self, namespace: &str) {
         let out = std::process::Command::new(&self.bin)
             .env("KUBECONFIG", &self.kubeconfig)
