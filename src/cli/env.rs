@@ -180,24 +180,7 @@ fn code_name(c: tonic::Code) -> &'static str {
 }
 
 pub fn run(args: EnvArgs) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(dispatch(args)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    super::block_on_client(dispatch(args))
 }
 
 async fn dispatch(a: EnvArgs) -> Result<ExitCode, String> {

@@ -40,24 +40,7 @@ fn since(s: &str) -> Result<Duration, String> {
 }
 
 pub fn run(args: LogsArgs) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(logs(args)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    super::block_on_client(logs(args))
 }
 
 async fn client(kubeconfig: Option<&PathBuf>, follow: bool) -> Result<kube::Client, String> {
