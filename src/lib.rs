@@ -13,5 +13,6 @@ pub mod operator;
 pub mod plan;
 pub mod roster;
 pub mod server;
+pub mod signal;
 pub mod state;
 pub mod workflow;

@@ -398,7 +398,7 @@ async fn serve(s: Settings) -> Result<(), String> {
     let (_bound, server) = server::serve(bridge.clone(), s.server, stop.clone())
         .await
         .map_err(|e| e.to_string())?;
-    shutdown_signal().await;
+    envbridge::signal::shutdown_signal().await;
     tracing::info!("shutting down");
     stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), async {
@@ -407,21 +407,6 @@ async fn serve(s: Settings) -> Result<(), String> {
     })
     .await;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
 }
 
 #[cfg(test)]

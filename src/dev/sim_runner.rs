@@ -27,6 +27,7 @@ use tracing::{error, info, warn};
 
 use crate::control::sim::cli::{DEFAULT_CONTROL_PORT, EXIT_BIND_FAILED};
 use crate::control::sim::{self, SimConfig, SimMode, Simulator};
+use crate::signal::shutdown_signal;
 
 /// Pods this runner simulates.
 pub const DEFAULT_SELECTOR: &str = "app.kubernetes.io/managed-by=envbridge";
@@ -498,21 +499,6 @@ pub async fn serve(
     }
     runner.stop_all().await;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = tokio::signal::ctrl_c() => {},
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 #[cfg(test)]

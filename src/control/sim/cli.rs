@@ -8,6 +8,7 @@ use tracing::{error, info};
 
 use super::config::{SimConfig, SimMode};
 use super::server::{self, SimError, Simulator};
+use crate::signal::shutdown_signal;
 
 /// Default control port, as task processes use when OCC_CONTROL_PORT is unset.
 pub const DEFAULT_CONTROL_PORT: u16 = 47100;
@@ -180,19 +181,4 @@ async fn parent_gone(parent: Option<u32>) {
         }
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = tokio::signal::ctrl_c() => {},
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }
