@@ -42,45 +42,33 @@ struct Fixture {
 /// to remove them: strip them so that the harness can delete the namespace.
 impl Drop for Fixture {
     fn drop(&mut self) {
-        let (ns, kubeconfig) = (self.ns.clone(), self.kubeconfig.clone());
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                let Ok(client) = envbridge::dev::client_for(&kubeconfig).await else {
-                    return;
-                };
-                let unfinalize = json!({"metadata": {"finalizers": null}});
-                let pp = PatchParams::default();
-                let tasks: Api<Task> = Api::namespaced(client.clone(), &ns);
-                for t in tasks
-                    .list(&ListParams::default())
-                    .await
-                    .map(|l| l.items)
-                    .unwrap_or_default()
-                {
-                    let _ = tasks
-                        .patch(&t.name_any(), &pp, &Patch::Merge(&unfinalize))
-                        .await;
-                }
-                let envs: Api<Environment> = Api::namespaced(client, &ns);
-                for e in envs
-                    .list(&ListParams::default())
-                    .await
-                    .map(|l| l.items)
-                    .unwrap_or_default()
-                {
-                    let _ = envs
-                        .patch(&e.name_any(), &pp, &Patch::Merge(&unfinalize))
-                        .await;
-                }
-            });
-        })
-        .join();
+        let ns = self.ns.clone();
+        crate::support::cleanup_in_drop(self.kubeconfig.clone(), |client| async move {
+            let unfinalize = json!({"metadata": {"finalizers": null}});
+            let pp = PatchParams::default();
+            let tasks: Api<Task> = Api::namespaced(client.clone(), &ns);
+            for t in tasks
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                let _ = tasks
+                    .patch(&t.name_any(), &pp, &Patch::Merge(&unfinalize))
+                    .await;
+            }
+            let envs: Api<Environment> = Api::namespaced(client, &ns);
+            for e in envs
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                let _ = envs
+                    .patch(&e.name_any(), &pp, &Patch::Merge(&unfinalize))
+                    .await;
+            }
+        });
     }
 }
 

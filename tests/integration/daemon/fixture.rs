@@ -78,28 +78,15 @@ impl Templates {
 
 impl Drop for Templates {
     fn drop(&mut self) {
-        // A client of its own: the test's runtime may be blocked in this drop.
-        let (kubeconfig, prefix) = (self.kubeconfig.clone(), self.prefix.clone());
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                let Ok(client) = envbridge::dev::client_for(&kubeconfig).await else {
-                    return;
-                };
-                let api: Api<TaskTemplate> = Api::all(client);
-                for class in CLASSES {
-                    let _ = api
-                        .delete(&format!("{prefix}-{class}"), &DeleteParams::default())
-                        .await;
-                }
-            });
-        })
-        .join();
+        let prefix = self.prefix.clone();
+        crate::support::cleanup_in_drop(self.kubeconfig.clone(), |client| async move {
+            let api: Api<TaskTemplate> = Api::all(client);
+            for class in CLASSES {
+                let _ = api
+                    .delete(&format!("{prefix}-{class}"), &DeleteParams::default())
+                    .await;
+            }
+        });
     }
 }
 

@@ -105,26 +105,35 @@ impl TestNamespace {
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
-        // Delete from a separate thread with its own runtime: the test's runtime may be
-        // single-threaded and is blocked in this drop.
         let name = self.name.clone();
-        let kubeconfig = self.info.kubeconfig.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                if let Ok(client) = envbridge::dev::client_for(&kubeconfig).await {
-                    let api: Api<Namespace> = Api::all(client);
-                    let _ = api.delete(&name, &DeleteParams::background()).await;
-                }
-            });
-        })
-        .join();
+        cleanup_in_drop(self.info.kubeconfig.clone(), |client| async move {
+            let api: Api<Namespace> = Api::all(client);
+            let _ = api.delete(&name, &DeleteParams::background()).await;
+        });
     }
+}
+
+/// Runs a best-effort cleanup from a `Drop`: on a thread with its own runtime and client,
+/// because the test's runtime may be single-threaded and blocked in that drop. Waits for it.
+pub fn cleanup_in_drop<F, Fut>(kubeconfig: std::path::PathBuf, cleanup: F)
+where
+    F: FnOnce(kube::Client) -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let _ = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async move {
+            if let Ok(client) = envbridge::dev::client_for(&kubeconfig).await {
+                cleanup(client).await;
+            }
+        });
+    })
+    .join();
 }
 
 /// Poll `probe` until it yields Some, or panic after `timeout` naming `what`.
