@@ -23,6 +23,7 @@ pub mod names;
 pub mod objects;
 pub mod ports;
 pub mod resolve;
+mod reuse;
 mod task_ref;
 mod view;
 
@@ -143,9 +144,10 @@ pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
         ),
     };
     let x = expand::expand(&engine, &req.sources, &path, &req.sets, &env_id)?;
+    let reuse = reuse::Reuse::new(&engine, &x);
     let mut resolved = Vec::with_capacity(x.tasks.len());
     for t in &x.tasks {
-        resolved.push(resolve::resolve(&engine, &x, t)?);
+        resolved.push(resolve::resolve(&engine, &x, &reuse, t)?);
     }
     resolved.sort_by(|a, b| (&a.node, &a.path).cmp(&(&b.node, &b.path)));
 

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::ControlMode;
+use super::reuse::{Reuse, own_names};
 use crate::workflow::error::{Error, Loc, Result};
 use crate::workflow::expand::{Expanded, TaskInstance};
 use crate::workflow::expr::{Engine, is_falsy};
@@ -60,18 +61,57 @@ pub fn control_mode(mode: &str) -> Option<ControlMode> {
     })
 }
 
-pub fn resolve(engine: &Engine, x: &Expanded, t: &TaskInstance) -> Result<ResolvedTask> {
-    let mut scope = x.task_scope(engine, t);
+/// One task's evaluation: its own scope, and the values its class shares ([`Reuse`]).
+struct TaskEval<'a, 'x, 'e> {
+    scope: Scope<'e>,
+    reuse: &'a Reuse<'x, 'e>,
+    t: &'a TaskInstance,
+    /// Names the task's own role layers define.
+    own: Vec<&'a str>,
+}
+
+impl TaskEval<'_, '_, '_> {
+    /// A template written at `at`: the class's shared value when there is one.
+    fn eval(&self, tmpl: &Template, at: &Arc<str>) -> Result<String> {
+        if tmpl.as_literal().is_none()
+            && let Some(v) = self.reuse.get(self.t, &self.own, tmpl, at)
+        {
+            return Ok(v);
+        }
+        self.scope.eval(tmpl, at)
+    }
+}
+
+/// Evaluates every field of task `t`; `reuse` is shared by all tasks of one render.
+pub fn resolve<'x, 'e>(
+    engine: &'e Engine,
+    x: &'x Expanded,
+    reuse: &Reuse<'x, 'e>,
+    t: &TaskInstance,
+) -> Result<ResolvedTask> {
+    let mut ev = TaskEval {
+        scope: x.task_scope(engine, t),
+        reuse,
+        t,
+        own: own_names(t),
+    };
     let in_task = |e: Error| e.context(format_args!("in task `{}`", t.path));
-    let node = node_of(&scope, t).map_err(in_task)?;
-    scope.set_hostname(Arc::from(node.as_str()));
-    resolve_fields(&scope, t, node).map_err(in_task)
+    let node = node_of(&ev, t).map_err(in_task)?;
+    ev.scope.set_hostname(Arc::from(node.as_str()));
+    resolve_fields(&ev, t, node).map_err(in_task)
 }
 
 /// The node: the `machine_id` constraints of the role chain, else those of the class. Two
 /// different values at one level are an error.
-fn node_of(scope: &Scope, t: &TaskInstance) -> Result<String> {
-    let roles = machine_ids(scope, t.constraints.iter().map(|(c, at)| (c, at)))?;
+fn node_of(scope: &TaskEval, t: &TaskInstance) -> Result<String> {
+    let frames = t.chain.frames();
+    let roles = machine_ids(
+        scope,
+        frames
+            .iter()
+            .flat_map(|f| f.constraints())
+            .map(|(c, at)| (c, at)),
+    )?;
     let class = machine_ids(scope, t.class.constraints.iter().map(|c| (c, &t.path)))?;
     let chosen = if roles.is_empty() { class } else { roles };
     let mut it = chosen.into_iter();
@@ -98,7 +138,7 @@ fn node_of(scope: &Scope, t: &TaskInstance) -> Result<String> {
 }
 
 fn machine_ids<'a>(
-    scope: &Scope,
+    scope: &TaskEval,
     items: impl Iterator<Item = (&'a Constraint, &'a Arc<str>)>,
 ) -> Result<Vec<(String, Loc)>> {
     let mut out = Vec::new();
@@ -115,10 +155,11 @@ fn machine_ids<'a>(
     Ok(out)
 }
 
-fn resolve_fields(scope: &Scope, t: &TaskInstance, node: String) -> Result<ResolvedTask> {
+fn resolve_fields(ev_: &TaskEval, t: &TaskInstance, node: String) -> Result<ResolvedTask> {
     let class = &t.class;
     let path = &t.path;
-    let ev = |tmpl: &Template| scope.eval(tmpl, path);
+    let scope = &ev_.scope;
+    let ev = |tmpl: &Template| ev_.eval(tmpl, path);
     let opt =
         |tmpl: &Option<Template>| -> Result<Option<String>> { tmpl.as_ref().map(ev).transpose() };
 
@@ -166,12 +207,12 @@ fn resolve_fields(scope: &Scope, t: &TaskInstance, node: String) -> Result<Resol
         },
     };
     let critical = match &t.spec.critical {
-        Some(c) => !is_falsy(&scope.eval(c, path)?),
+        Some(c) => !is_falsy(&ev(c)?),
         None => true,
     };
     let timeout_seconds = match &t.spec.timeout {
         Some(tm) => {
-            let text = scope.eval(tm, path)?;
+            let text = ev(tm)?;
             Some(parse_duration(&text).ok_or_else(|| {
                 Error::new(
                     &tm.loc,
@@ -186,8 +227,8 @@ fn resolve_fields(scope: &Scope, t: &TaskInstance, node: String) -> Result<Resol
         Some(s) => !is_falsy(&ev(s)?),
         None => false,
     };
-    let bind = channels(scope, &class.bind, path, t.bind.iter(), false)?;
-    let connect = channels(scope, &class.connect, path, t.connect.iter(), true)?;
+    let bind = channels(ev_, &class.bind, path, &t.bind, false)?;
+    let connect = channels(ev_, &class.connect, path, &t.connect, true)?;
     Ok(ResolvedTask {
         path: path.to_string(),
         loc: t.loc.clone(),
@@ -214,20 +255,17 @@ fn resolve_fields(scope: &Scope, t: &TaskInstance, node: String) -> Result<Resol
 }
 
 /// Class channels, then the role's: a role channel replaces a class channel of the same name.
-fn channels<'a>(
-    scope: &Scope,
+fn channels(
+    scope: &TaskEval,
     class: &[Channel],
     path: &Arc<str>,
-    role: impl Iterator<Item = &'a (Channel, Arc<str>)>,
+    role: &[Channel],
     outbound: bool,
 ) -> Result<Vec<EvalChannel>> {
     let mut out: BTreeMap<String, EvalChannel> = BTreeMap::new();
-    for (c, at) in class
-        .iter()
-        .map(|c| (c, path))
-        .chain(role.map(|(c, at)| (c, at)))
-    {
-        let ev = |t: &Template| scope.eval(t, at);
+    // The role's channels are written at the task role itself, like the class's.
+    for c in class.iter().chain(role) {
+        let ev = |t: &Template| scope.eval(t, path);
         let opt = |t: &Option<Template>| -> Result<Option<String>> {
             Ok(t.as_ref()
                 .map(ev)

@@ -263,6 +263,13 @@ impl Engine {
         Ok(c)
     }
 
+    /// Whether an expression's value depends only on the variables it names: no `Parent()`,
+    /// `Up(n)` or `uid.New()`, which read where it is evaluated.
+    pub fn context_free(&self, src: &Arc<str>, loc: &Loc) -> Result<bool> {
+        let c = self.compile(src, loc)?;
+        Ok(c.pure && c.shortcut.is_none())
+    }
+
     /// Evaluates one expression to its string form (`true`/`false` for booleans).
     ///
     /// The variables it names are looked up first (each lookup is lazy and memoised by the

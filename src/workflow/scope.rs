@@ -31,6 +31,27 @@ impl Layer {
             at: at.cloned(),
         }
     }
+
+    pub fn borrow(&self) -> LayerRef<'_> {
+        LayerRef::new(&self.block, self.at.as_ref())
+    }
+}
+
+/// A layer as a scope reads it: borrowed, so that building a task's cascade copies nothing.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerRef<'a> {
+    pub vars: &'a FastMap<Arc<str>, Template>,
+    /// `None`: relative to the role using the value (the scope's home).
+    pub at: Option<&'a Arc<str>>,
+}
+
+impl<'a> LayerRef<'a> {
+    pub fn new(block: &'a VarBlock, at: Option<&'a Arc<str>>) -> Self {
+        LayerRef {
+            vars: &block.vars,
+            at,
+        }
+    }
 }
 
 /// Built-in variables, above every layer.
@@ -40,24 +61,41 @@ pub struct Builtins {
     pub task_hostname: Option<Arc<str>>,
 }
 
+/// What a tracked scope's evaluations read: every variable name looked up (found or not,
+/// transitively), and whether anything read where it was evaluated. A value with no
+/// contextual read is the same in every scope whose layers define those names alike.
+#[derive(Clone, Debug, Default)]
+pub struct Reads {
+    pub names: Vec<Arc<str>>,
+    /// `task_hostname`, `Parent()`, `Up(n)` or `uid.New()` was read.
+    pub contextual: bool,
+}
+
 /// One definition (a name in one layer): the address of its template, which the layer owns
 /// for the scope's whole life, and the layer. Cheaper to hash than the name, no allocation.
 type VarKey = (usize, usize);
 
-pub struct Scope<'e> {
-    engine: &'e Engine,
-    layers: Vec<Layer>,
+pub struct Scope<'a> {
+    engine: &'a Engine,
+    layers: Vec<LayerRef<'a>>,
     builtins: Builtins,
     /// The role (or task) path evaluating: `Parent()` for values without a place of their own.
     home: Arc<str>,
     memo: RefCell<FastMap<VarKey, Arc<str>>>,
     /// Definitions being evaluated (with their names, for the cycle message).
     active: RefCell<Vec<(VarKey, Arc<str>)>>,
+    /// Recorded only by a tracked scope ([`Scope::tracked`]).
+    reads: Option<RefCell<Reads>>,
 }
 
-impl<'e> Scope<'e> {
-    pub fn new(engine: &'e Engine, layers: Vec<Layer>, builtins: Builtins, home: Arc<str>) -> Self {
-        let layers = layers.into_iter().filter(|l| !l.block.is_empty()).collect();
+impl<'a> Scope<'a> {
+    pub fn new(
+        engine: &'a Engine,
+        layers: impl IntoIterator<Item = LayerRef<'a>>,
+        builtins: Builtins,
+        home: Arc<str>,
+    ) -> Self {
+        let layers = layers.into_iter().filter(|l| !l.vars.is_empty()).collect();
         Scope {
             engine,
             layers,
@@ -66,7 +104,25 @@ impl<'e> Scope<'e> {
             // A task reads a few dozen variables: one allocation, no rehashing.
             memo: RefCell::new(FastMap::with_capacity_and_hasher(32, Default::default())),
             active: RefCell::default(),
+            reads: None,
         }
+    }
+
+    /// A scope that records what its evaluations read ([`Scope::take_reads`]).
+    pub fn tracked(
+        engine: &'a Engine,
+        layers: impl IntoIterator<Item = LayerRef<'a>>,
+        builtins: Builtins,
+        home: Arc<str>,
+    ) -> Self {
+        let mut s = Scope::new(engine, layers, builtins, home);
+        s.reads = Some(RefCell::default());
+        s
+    }
+
+    /// What was read since the last call (empty for an untracked scope).
+    pub fn take_reads(&self) -> Reads {
+        self.reads.as_ref().map(RefCell::take).unwrap_or_default()
     }
 
     pub fn home(&self) -> &Arc<str> {
@@ -85,6 +141,13 @@ impl<'e> Scope<'e> {
 
     /// Highest definition of `name` in the layers below `limit`.
     fn resolve(&self, name: &str, limit: usize) -> Result<Option<Arc<str>>> {
+        if let Some(reads) = &self.reads {
+            let mut r = reads.borrow_mut();
+            r.contextual |= name == "task_hostname";
+            if !r.names.iter().any(|n| &**n == name) {
+                r.names.push(Arc::from(name));
+            }
+        }
         match name {
             "environment_id" => return Ok(Some(self.builtins.environment_id.clone())),
             "task_hostname" => {
@@ -98,7 +161,7 @@ impl<'e> Scope<'e> {
             .iter()
             .enumerate()
             .rev()
-            .find_map(|(i, l)| l.block.vars.get_key_value(name).map(|(k, t)| (i, l, k, t)));
+            .find_map(|(i, l)| l.vars.get_key_value(name).map(|(k, t)| (i, l, k, t)));
         let Some((level, layer, var_name, tmpl)) = found else {
             return Ok(None);
         };
@@ -131,7 +194,7 @@ impl<'e> Scope<'e> {
             return Ok(Some(lit.clone()));
         }
         self.active.borrow_mut().push((key, var_name.clone()));
-        let at = layer.at.as_ref().unwrap_or(&self.home);
+        let at = layer.at.unwrap_or(&self.home);
         let out = self.eval_shared(tmpl, at, Some((name, level)));
         self.active.borrow_mut().pop();
         let value = out?;
@@ -208,6 +271,11 @@ impl<'e> Scope<'e> {
                         },
                     };
                     self.engine.eval_into(src, loc, &lookup, site, &mut out)?;
+                    if let Some(reads) = &self.reads
+                        && !self.engine.context_free(src, loc)?
+                    {
+                        reads.borrow_mut().contextual = true;
+                    }
                 }
             }
             if out.len() > MAX_VALUE {
@@ -221,8 +289,8 @@ impl<'e> Scope<'e> {
     }
 }
 
-struct ScopeLookup<'s, 'e> {
-    scope: &'s Scope<'e>,
+struct ScopeLookup<'s, 'a> {
+    scope: &'s Scope<'a>,
     own: Option<(&'s str, usize)>,
 }
 
@@ -270,7 +338,7 @@ mod tests {
         );
         let scope = Scope::new(
             &engine,
-            vec![low, high],
+            [low.borrow(), high.borrow()],
             Builtins {
                 environment_id: Arc::from("E1"),
                 task_hostname: None,
@@ -290,7 +358,7 @@ mod tests {
         let l = Layer::new(&block(&[("a", "{{ b }}"), ("b", "x{{ a }}")]), None);
         let scope = Scope::new(
             &engine,
-            vec![l],
+            [l.borrow()],
             Builtins {
                 environment_id: Arc::from("E"),
                 task_hostname: None,
@@ -312,7 +380,7 @@ mod tests {
         let l = Layer::new(&block(&pairs), None);
         let scope = Scope::new(
             &engine,
-            vec![l],
+            [l.borrow()],
             Builtins {
                 environment_id: Arc::from("E"),
                 task_hostname: None,
