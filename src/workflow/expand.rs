@@ -12,13 +12,101 @@ use super::error::{Error, Loc, Result};
 use super::expr::{Engine, is_falsy};
 use super::load;
 use super::model::{Channel, Constraint, Role, RoleKind, TaskClass, TaskSpec, VarBlock};
-use super::scope::{Builtins, Layer, Scope};
+use super::scope::{Builtins, Layer, LayerRef, Scope};
 use super::template::Template;
 
 /// Most task and call roles one workflow may expand to.
 const MAX_INSTANCES: usize = 200_000;
 /// Deepest include chain.
 const MAX_INCLUDES: usize = 32;
+
+/// What one role adds to the cascade of everything below it. Shared by all its descendants
+/// (a task holds its chain of frames, not copies of them).
+#[derive(Debug, Default)]
+pub struct Frame {
+    parent: Option<Arc<Frame>>,
+    /// The role's `defaults` (when not empty).
+    defaults: Vec<Layer>,
+    /// The role's `vars`, then its iterator variable (when not empty).
+    vars: Vec<Layer>,
+    /// The role's constraints with the path they were written at.
+    constraints: Vec<(Constraint, Arc<str>)>,
+}
+
+/// What a role adds to a chain.
+struct RoleVars<'r> {
+    defaults: &'r VarBlock,
+    vars: &'r VarBlock,
+    constraints: &'r [Constraint],
+}
+
+impl<'r> RoleVars<'r> {
+    fn of(role: &'r Role) -> Self {
+        RoleVars {
+            defaults: &role.defaults,
+            vars: &role.vars,
+            constraints: &role.constraints,
+        }
+    }
+}
+
+/// A chain of role frames, the innermost last.
+#[derive(Clone, Debug, Default)]
+pub struct Chain(Option<Arc<Frame>>);
+
+impl Chain {
+    /// This chain with one more role: its `defaults`, `vars`, iterator variable and
+    /// constraints, written at `at`.
+    fn with(&self, role: RoleVars, iter: Option<&Layer>, at: &Arc<str>) -> Chain {
+        let RoleVars {
+            defaults,
+            vars,
+            constraints,
+        } = role;
+        let mut f = Frame {
+            parent: self.0.clone(),
+            constraints: constraints
+                .iter()
+                .map(|c| (c.clone(), at.clone()))
+                .collect(),
+            ..Frame::default()
+        };
+        if !defaults.is_empty() {
+            f.defaults.push(Layer::new(defaults, Some(at)));
+        }
+        if !vars.is_empty() {
+            f.vars.push(Layer::new(vars, Some(at)));
+        }
+        f.vars.extend(iter.cloned());
+        Chain(Some(Arc::new(f)))
+    }
+
+    /// The frames, root first.
+    pub fn frames(&self) -> Vec<&Frame> {
+        let mut out = Vec::with_capacity(8);
+        let mut at = self.0.as_deref();
+        while let Some(f) = at {
+            out.push(f);
+            at = f.parent.as_deref();
+        }
+        out.reverse();
+        out
+    }
+}
+
+impl Frame {
+    pub fn defaults(&self) -> &[Layer] {
+        &self.defaults
+    }
+
+    pub fn vars(&self) -> &[Layer] {
+        &self.vars
+    }
+
+    pub fn constraints(&self) -> &[(Constraint, Arc<str>)] {
+        &self.constraints
+    }
+}
 
 /// One task role, expanded: everything needed to evaluate the task's fields.
 #[derive(Clone, Debug)]
@@ -27,14 +115,11 @@ pub struct TaskInstance {
     pub loc: Loc,
     pub class: Arc<TaskClass>,
     pub spec: TaskSpec,
-    /// Role `defaults`, root first.
-    pub defaults: Vec<Layer>,
-    /// Role `vars` (and iterator variables), root first.
-    pub vars: Vec<Layer>,
-    /// Constraints of the role chain with the path they were written at.
-    pub constraints: Vec<(Constraint, Arc<str>)>,
-    pub bind: Vec<(Channel, Arc<str>)>,
-    pub connect: Vec<(Channel, Arc<str>)>,
+    /// The role chain: role `defaults`, `vars`, iterator variables and constraints.
+    pub chain: Chain,
+    /// The task role's own channels (written at `path`).
+    pub bind: Arc<[Channel]>,
+    pub connect: Arc<[Channel]>,
 }
 
 /// A call role: recorded, not deployed.
@@ -64,14 +149,20 @@ impl Expanded {
     /// The evaluation scope of one task (the full cascade, lowest first):
     /// class defaults, site profiles, role defaults (root first), class vars, role vars
     /// (root first), `--set`.
-    pub fn task_scope<'e>(&self, engine: &'e Engine, t: &TaskInstance) -> Scope<'e> {
-        let mut layers = Vec::with_capacity(4 + self.site.len() + t.defaults.len() + t.vars.len());
-        layers.push(Layer::new(&t.class.defaults, Some(&t.path)));
-        layers.extend(self.site.iter().cloned());
-        layers.extend(t.defaults.iter().cloned());
-        layers.push(Layer::new(&t.class.vars, Some(&t.path)));
-        layers.extend(t.vars.iter().cloned());
-        layers.push(self.sets.clone());
+    pub fn task_scope<'a>(&'a self, engine: &'a Engine, t: &'a TaskInstance) -> Scope<'a> {
+        let frames = t.chain.frames();
+        // Class values are relative to the task itself: the scope's home (`at: None`).
+        let mut layers = Vec::with_capacity(4 + self.site.len() + 2 * frames.len());
+        layers.push(LayerRef::new(&t.class.defaults, None));
+        layers.extend(self.site.iter().map(Layer::borrow));
+        layers.extend(
+            frames
+                .iter()
+                .flat_map(|f| f.defaults.iter().map(Layer::borrow)),
+        );
+        layers.push(LayerRef::new(&t.class.vars, None));
+        layers.extend(frames.iter().flat_map(|f| f.vars.iter().map(Layer::borrow)));
+        layers.push(self.sets.borrow());
         Scope::new(
             engine,
             layers,
@@ -87,9 +178,7 @@ impl Expanded {
 #[derive(Clone, Default)]
 struct Ctx {
     path: Option<Arc<str>>,
-    defaults: Vec<Layer>,
-    vars: Vec<Layer>,
-    constraints: Vec<(Constraint, Arc<str>)>,
+    chain: Chain,
 }
 
 struct Instance<'r> {
@@ -164,13 +253,17 @@ struct Expander<'e> {
 }
 
 impl<'e> Expander<'e> {
-    fn scope(&self, ctx: &Ctx, home: &Arc<str>) -> Scope<'e> {
-        let mut layers =
-            Vec::with_capacity(2 + self.site.len() + ctx.defaults.len() + ctx.vars.len());
-        layers.extend(self.site.iter().cloned());
-        layers.extend(ctx.defaults.iter().cloned());
-        layers.extend(ctx.vars.iter().cloned());
-        layers.push(self.sets.clone());
+    fn scope<'a>(&'a self, ctx: &'a Ctx, home: &Arc<str>) -> Scope<'a> {
+        let frames = ctx.chain.frames();
+        let mut layers = Vec::with_capacity(2 + self.site.len() + 2 * frames.len());
+        layers.extend(self.site.iter().map(Layer::borrow));
+        layers.extend(
+            frames
+                .iter()
+                .flat_map(|f| f.defaults.iter().map(Layer::borrow)),
+        );
+        layers.extend(frames.iter().flat_map(|f| f.vars.iter().map(Layer::borrow)));
+        layers.push(self.sets.borrow());
         Scope::new(
             self.engine,
             layers,
@@ -185,14 +278,16 @@ impl<'e> Expander<'e> {
     /// The enabled instances of one role (several for an iterator), named.
     fn instances<'r>(&self, role: &'r Role, parent: &Ctx) -> Result<Vec<Instance<'r>>> {
         let parent_path: Arc<str> = parent.path.clone().unwrap_or_else(|| Arc::from(""));
+        // Constraints only matter on the instance itself, not while naming it.
         let with_own = |ctx: &Ctx, at: &Arc<str>, iter: Option<&Layer>| -> Ctx {
-            let mut c = ctx.clone();
-            c.defaults.push(Layer::new(&role.defaults, Some(at)));
-            c.vars.push(Layer::new(&role.vars, Some(at)));
-            if let Some(l) = iter {
-                c.vars.push(l.clone());
+            let own = RoleVars {
+                constraints: &[],
+                ..RoleVars::of(role)
+            };
+            Ctx {
+                path: ctx.path.clone(),
+                chain: ctx.chain.with(own, iter, at),
             }
-            c
         };
         let items: Vec<Option<Layer>> = match &role.r#for {
             None => vec![None],
@@ -234,10 +329,10 @@ impl<'e> Expander<'e> {
                 Some(p) => Arc::from(format!("{p}.{name}")),
                 None => Arc::from(name.as_str()),
             };
-            let mut ctx = with_own(parent, &path, iter.as_ref());
-            ctx.path = Some(path.clone());
-            ctx.constraints
-                .extend(role.constraints.iter().map(|c| (c.clone(), path.clone())));
+            let ctx = Ctx {
+                path: Some(path.clone()),
+                chain: parent.chain.with(RoleVars::of(role), iter.as_ref(), &path),
+            };
             if let Some(en) = &role.enabled {
                 let v = self.scope(&ctx, &path).eval_here(en)?;
                 if is_falsy(&v) {
@@ -286,17 +381,14 @@ impl<'e> Expander<'e> {
                     None => self.scope(ctx, &path).eval_here(&spec.load)?,
                 };
                 let class = self.class(&id, &spec.load.loc)?;
-                let own = |chs: &[Channel]| chs.iter().map(|c| (c.clone(), path.clone())).collect();
                 self.tasks.push(TaskInstance {
                     path: path.clone(),
                     loc: role.loc.clone(),
                     class,
                     spec: spec.clone(),
-                    defaults: ctx.defaults.clone(),
-                    vars: ctx.vars.clone(),
-                    constraints: ctx.constraints.clone(),
-                    bind: own(&role.bind),
-                    connect: own(&role.connect),
+                    chain: ctx.chain.clone(),
+                    bind: role.bind.clone(),
+                    connect: role.connect.clone(),
                 });
             }
             RoleKind::Call(call) => {
@@ -349,16 +441,10 @@ impl<'e> Expander<'e> {
                     ));
                 }
                 let wf = load::load_workflow(&file)?;
-                let mut sub = ctx.clone();
-                sub.defaults
-                    .push(Layer::new(&wf.root.defaults, Some(&path)));
-                sub.vars.push(Layer::new(&wf.root.vars, Some(&path)));
-                sub.constraints.extend(
-                    wf.root
-                        .constraints
-                        .iter()
-                        .map(|c| (c.clone(), path.clone())),
-                );
+                let sub = Ctx {
+                    path: ctx.path.clone(),
+                    chain: ctx.chain.with(RoleVars::of(&wf.root), None, &path),
+                };
                 self.includes.push(file);
                 let r = self.walk(&wf.root.kind, &sub, &wf.root);
                 self.includes.pop();

@@ -268,8 +268,8 @@ fn role(node: &Node, depth: usize) -> Result<Role> {
         defaults: var_block(f.get("defaults"))?,
         vars: var_block(f.get("vars"))?,
         constraints: constraints(f.get("constraints"))?,
-        bind: channels(f.get("bind"))?,
-        connect: channels(f.get("connect"))?,
+        bind: channels(f.get("bind"))?.into(),
+        connect: channels(f.get("connect"))?.into(),
         kind,
     })
 }

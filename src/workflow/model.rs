@@ -124,8 +124,9 @@ pub struct Role {
     pub defaults: VarBlock,
     pub vars: VarBlock,
     pub constraints: Vec<Constraint>,
-    pub bind: Vec<Channel>,
-    pub connect: Vec<Channel>,
+    /// Shared with every task instance of the role.
+    pub bind: Arc<[Channel]>,
+    pub connect: Arc<[Channel]>,
     pub kind: RoleKind,
 }
 
