@@ -31,7 +31,9 @@ pub fn wire(
 ) -> Result<Vec<BTreeMap<String, String>>> {
     let mut bound: FastMap<String, Bound> = FastMap::default();
     let mut aliases: FastMap<String, (String, Loc)> = FastMap::default();
-    let mut out: Vec<BTreeMap<String, String>> = vec![BTreeMap::new(); tasks.len()];
+    // Collected as lists and sorted once per task at the end (a BTreeMap built from a list
+    // is one sort and a bulk load, not an ordered insert per key).
+    let mut out: Vec<Vec<(String, String)>> = vec![Vec::new(); tasks.len()];
     for (i, t) in tasks.iter().enumerate() {
         for c in &t.bind {
             let (bind_address, connect_address) = if c.tcp {
@@ -142,11 +144,12 @@ pub fn wire(
             channel_keys(&mut out[i], c, "connect", &b.connect_address, transport);
         }
     }
-    Ok(out)
+    // A later key replaces an earlier one, as an insert would (connect after bind).
+    Ok(out.into_iter().map(BTreeMap::from_iter).collect())
 }
 
 fn channel_keys(
-    out: &mut BTreeMap<String, String>,
+    out: &mut Vec<(String, String)>,
     c: &EvalChannel,
     method: &str,
     address: &str,
@@ -160,23 +163,26 @@ fn channel_keys(
         k.push_str(suffix);
         k
     };
-    out.insert(key(".numSockets"), "1".into());
-    out.insert(key(".0.address"), address.into());
-    out.insert(key(".0.method"), method.into());
-    out.insert(key(".0.type"), c.r#type.clone());
-    out.insert(key(".0.transport"), transport.unwrap_or("default").into());
-    out.insert(
-        key(".0.sndBufSize"),
-        c.snd_buf_size.as_deref().unwrap_or(DEFAULT_BUF).into(),
-    );
-    out.insert(
-        key(".0.rcvBufSize"),
-        c.rcv_buf_size.as_deref().unwrap_or(DEFAULT_BUF).into(),
-    );
-    out.insert(
-        key(".0.rateLogging"),
-        c.rate_logging.as_deref().unwrap_or("0").into(),
-    );
+    let value = |v: Option<&String>, default: &str| v.map_or(default, |s| s.as_str()).to_string();
+    out.extend([
+        (key(".numSockets"), "1".to_string()),
+        (key(".0.address"), address.to_string()),
+        (key(".0.method"), method.to_string()),
+        (key(".0.type"), c.r#type.clone()),
+        (
+            key(".0.transport"),
+            transport.unwrap_or("default").to_string(),
+        ),
+        (
+            key(".0.sndBufSize"),
+            value(c.snd_buf_size.as_ref(), DEFAULT_BUF),
+        ),
+        (
+            key(".0.rcvBufSize"),
+            value(c.rcv_buf_size.as_ref(), DEFAULT_BUF),
+        ),
+        (key(".0.rateLogging"), value(c.rate_logging.as_ref(), "0")),
+    ]);
 }
 
 /// Socket types that can talk: push-pull, pub-sub, req-rep, pair-pair.

@@ -201,7 +201,7 @@ pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
         workflow: x.name.clone(),
         tasks,
         hooks: x.hooks,
-        ports: book.taken().clone(),
+        ports: book.into_taken(),
     })
 }
 

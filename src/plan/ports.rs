@@ -7,18 +7,21 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::RangeInclusive;
 
+use crate::workflow::model::FastMap;
+
 /// Ports in use, per node.
 #[derive(Debug, Default)]
 pub struct PortBook<'r> {
     reserved: Option<&'r BTreeMap<String, BTreeSet<u16>>>,
-    used: BTreeMap<String, BTreeSet<u16>>,
+    /// Hashed: every task looks its node up (the sorted view is made once, at the end).
+    used: FastMap<String, BTreeSet<u16>>,
 }
 
 impl<'r> PortBook<'r> {
     pub fn new(reserved: &'r BTreeMap<String, BTreeSet<u16>>) -> Self {
         PortBook {
             reserved: Some(reserved),
-            used: BTreeMap::new(),
+            used: FastMap::default(),
         }
     }
 
@@ -37,8 +40,8 @@ impl<'r> PortBook<'r> {
     }
 
     /// Every port taken, per node (what a caller reserves for the next environment).
-    pub fn taken(&self) -> &BTreeMap<String, BTreeSet<u16>> {
-        &self.used
+    pub fn into_taken(self) -> BTreeMap<String, BTreeSet<u16>> {
+        self.used.into_iter().collect()
     }
 }
 
