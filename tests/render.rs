@@ -225,10 +225,12 @@ fn task_sets_are_written_first_and_hashed() {
     assert_eq!(spec.task_sets.len(), r.task_sets.len());
     for (rf, ts) in spec.task_sets.iter().zip(&r.task_sets) {
         assert_eq!(Some(&rf.name), ts.metadata.name.as_ref());
-        let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
-            serde_json::to_vec(&ts.spec.tasks).unwrap(),
-        ));
-        assert_eq!(rf.sha256, sha);
+        // The content hash, computed independently of the render's piecewise hashing.
+        let digest = blake3::hash(&serde_json::to_vec(&ts.spec.tasks).unwrap())
+            .to_hex()
+            .to_string();
+        assert_eq!(rf.blake3, digest);
+        assert!(rf.name.ends_with(&digest[..10]), "{}", rf.name);
     }
     assert_eq!(spec.desired_state, envbridge::state::State::Standby);
     assert!(spec.transition.is_none());

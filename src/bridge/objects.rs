@@ -3,9 +3,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube::api::ObjectMeta;
-use sha2::{Digest, Sha256};
 
-use crate::crd::{Environment, EnvironmentSpec, TaskSet, TaskSetRef, TaskSetSpec, labels};
+use crate::crd::{
+    Environment, EnvironmentSpec, TaskSet, TaskSetRef, TaskSetSpec, labels, tasks_digest,
+};
 use crate::plan::TaskRef;
 use crate::state::State;
 
@@ -55,12 +56,6 @@ impl Objects {
     }
 }
 
-/// Hex SHA-256 of the JSON of a TaskSet's tasks (the contract's content hash).
-pub fn tasks_sha256(tasks: &[TaskRef]) -> String {
-    let json = serde_json::to_vec(tasks).unwrap_or_default();
-    hex::encode(Sha256::digest(json))
-}
-
 /// Packs task references into TaskSets (named by content hash) and the Environment naming them.
 pub fn pack(env_name: &str, env_id: &str, workflow: &str, tasks: Vec<TaskRef>) -> Objects {
     let nodes: BTreeSet<&str> = tasks.iter().map(|t| t.node.as_str()).collect();
@@ -78,7 +73,7 @@ pub fn pack(env_name: &str, env_id: &str, workflow: &str, tasks: Vec<TaskRef>) -
 }
 
 pub fn task_set(env_name: &str, tasks: Vec<TaskRef>) -> TaskSet {
-    let sha = tasks_sha256(&tasks);
+    let sha = tasks_digest(&tasks);
     let mut ts = TaskSet::new(
         &format!("{env_name}-{}", &sha[..10]),
         TaskSetSpec {
@@ -86,14 +81,14 @@ pub fn task_set(env_name: &str, tasks: Vec<TaskRef>) -> TaskSet {
             tasks,
         },
     );
-    ts.metadata.annotations = Some(BTreeMap::from([("envbridge.dev/sha256".to_string(), sha)]));
+    ts.metadata.annotations = Some(BTreeMap::from([("envbridge.dev/blake3".to_string(), sha)]));
     ts
 }
 
 pub fn set_ref(ts: &TaskSet) -> TaskSetRef {
     TaskSetRef {
         name: ts.metadata.name.clone().unwrap_or_default(),
-        sha256: tasks_sha256(&ts.spec.tasks),
+        blake3: tasks_digest(&ts.spec.tasks),
         tasks: ts.spec.tasks.len() as u32,
     }
 }
@@ -142,7 +137,7 @@ mod tests {
         assert_eq!(objs.environment.spec.nodes, 3);
         let refs = &objs.environment.spec.task_sets;
         assert_eq!(refs.iter().map(|r| r.tasks).sum::<u32>(), 450);
-        assert_eq!(refs[0].sha256, tasks_sha256(&objs.task_sets[0].spec.tasks));
+        assert_eq!(refs[0].blake3, tasks_digest(&objs.task_sets[0].spec.tasks));
         assert_ne!(refs[0].name, refs[1].name);
         // Same input, same names: re-applying is idempotent.
         let again = pack("e", "e", "wf", (0..450).map(t).collect());

@@ -11,7 +11,7 @@ use super::transition::{TransitionRequest, TransitionStatus};
 use crate::state::State;
 
 /// The desired environment. Task references live in TaskSet objects named by `taskSets`
-/// (each with the SHA-256 of its tasks), so that no object nears etcd's size limit and a
+/// (each with the BLAKE3 hash of its tasks), so that no object nears etcd's size limit and a
 /// reader can tell a complete set from a partial one (docs/crd-design.md).
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -48,12 +48,16 @@ pub struct EnvironmentSpec {
     pub transition: Option<TransitionRequest>,
 }
 
-/// A TaskSet the environment consists of, with the SHA-256 (hex) of its `spec.tasks` JSON.
+/// A TaskSet the environment consists of, with the BLAKE3 (hex) of its `spec.tasks` JSON
+/// (`tasks_digest` in src/crd/task_set.rs).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskSetRef {
     pub name: String,
-    pub sha256: String,
+    /// Empty in an Environment written before the hash was BLAKE3 (`sha256`): it then fails
+    /// verification with a clear `HashMismatch` rather than breaking every watch that reads it.
+    #[serde(default)]
+    pub blake3: String,
     pub tasks: u32,
 }
 

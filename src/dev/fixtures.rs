@@ -11,7 +11,6 @@ use kube::{Api, Client, ResourceExt};
 
 use super::error::{DevError, IoContext, Result};
 use crate::crd::{Environment, EnvironmentSpec, TaskSet, TaskSetRef, TaskSetSpec};
-use crate::operator::task_sets::tasks_sha256;
 use crate::plan::TaskRef;
 use crate::state::State;
 
@@ -73,7 +72,7 @@ pub async fn deploy(
         sets.patch(&set_name, &pp, &Patch::Apply(&set)).await?;
         refs.push(TaskSetRef {
             name: set_name,
-            sha256: tasks_sha256(chunk),
+            blake3: crate::crd::tasks_digest(chunk),
             tasks: chunk.len() as u32,
         });
     }

@@ -19,13 +19,11 @@ use super::aggregate::aggregate;
 use super::hooks;
 use super::names::label_value;
 use super::runtime::Ctx;
-use super::task_sets::{
-    ENV_FINALIZER, SetProblem, build_task, collect_tasks, task_up_to_date, tasks_sha256,
-};
+use super::task_sets::{ENV_FINALIZER, SetProblem, build_task, collect_tasks, task_up_to_date};
 use super::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
 use crate::crd::{
     Environment, EnvironmentStatus, Task, TaskSet, TransitionPhase, TransitionRequest,
-    TransitionStatus, labels,
+    TransitionStatus, labels, tasks_digest,
 };
 use crate::plan::{ControlMode, TaskRef};
 use crate::state::State;
@@ -335,7 +333,7 @@ fn cached_hash(ctx: &Ctx, set: &TaskSet) -> String {
     {
         return hit.1.clone();
     }
-    let h = tasks_sha256(&set.spec.tasks);
+    let h = tasks_digest(&set.spec.tasks);
     ctx.set_hashes.insert(uid, (rv, h.clone()));
     h
 }
@@ -346,7 +344,7 @@ fn sets_digest(env: &Environment) -> String {
     for r in &env.spec.task_sets {
         h.update(r.name.as_bytes());
         h.update(b"/");
-        h.update(r.sha256.as_bytes());
+        h.update(r.blake3.as_bytes());
         h.update(b"\n");
     }
     hex::encode(&h.finalize()[..6])

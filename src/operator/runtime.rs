@@ -35,7 +35,7 @@ pub struct Ctx {
     pub recorder: Recorder,
     /// Tasks whose process state was read since this operator started (re-attach check).
     pub verified: DashSet<String>,
-    /// TaskSet uid -> (resourceVersion, sha256): TaskSets are immutable, hash each once.
+    /// TaskSet uid -> (resourceVersion, content hash): TaskSets are immutable, hash each once.
     pub set_hashes: DashMap<String, (String, String)>,
     /// (what, task uid) -> when this operator created (or deleted) the task's Pod or
     /// Service, until its store shows it: a reconcile in between (store lag) does not send

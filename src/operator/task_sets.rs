@@ -4,7 +4,6 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
-use sha2::{Digest, Sha256};
 
 use super::names::{task_annotations, task_labels};
 use crate::crd::{Environment, Task, TaskSet, TaskSpec};
@@ -21,7 +20,7 @@ pub const ENV_FINALIZER: &str = "envbridge.dev/environment-cleanup";
 pub enum SetProblem {
     #[error("TaskSet {0:?} not found (yet)")]
     Missing(String),
-    #[error("TaskSet {name:?} has sha256 {got}, the Environment expects {want}")]
+    #[error("TaskSet {name:?} has content hash {got}, the Environment expects {want}")]
     HashMismatch {
         name: String,
         want: String,
@@ -35,15 +34,9 @@ pub enum SetProblem {
     Count { want: u32, got: usize },
 }
 
-/// Hex SHA-256 of the JSON of a TaskSet's `spec.tasks` (the contract with the render side).
-pub fn tasks_sha256(tasks: &[TaskRef]) -> String {
-    let json = serde_json::to_vec(tasks).unwrap_or_default();
-    hex::encode(Sha256::digest(&json))
-}
-
 /// All task references of `env`, in TaskSet order, once every named set is present and
 /// matches its hash. `lookup(name)` finds a TaskSet in the environment's namespace;
-/// `hash(set)` returns its `tasks_sha256` (callers may cache it per resourceVersion).
+/// `hash(set)` returns its `tasks_digest` (callers may cache it per resourceVersion).
 pub fn collect_tasks<L, H, S>(
     env: &Environment,
     lookup: L,
@@ -65,10 +58,10 @@ where
             });
         }
         let got = hash(&set);
-        if !got.eq_ignore_ascii_case(&r.sha256) {
+        if !got.eq_ignore_ascii_case(&r.blake3) {
             return Err(SetProblem::HashMismatch {
                 name: r.name.clone(),
-                want: r.sha256.clone(),
+                want: r.blake3.clone(),
                 got,
             });
         }
@@ -135,7 +128,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::crd::{EnvironmentSpec, TaskSetRef, TaskSetSpec, TransitionRequest};
+    use crate::crd::{EnvironmentSpec, TaskSetRef, TaskSetSpec, TransitionRequest, tasks_digest};
     use crate::state::Event;
 
     fn tref(name: &str) -> TaskRef {
@@ -167,7 +160,7 @@ mod tests {
                     .iter()
                     .map(|s| TaskSetRef {
                         name: s.name_any(),
-                        sha256: tasks_sha256(&s.spec.tasks),
+                        blake3: tasks_digest(&s.spec.tasks),
                         tasks: s.spec.tasks.len() as u32,
                     })
                     .collect(),
@@ -184,7 +177,7 @@ mod tests {
         collect_tasks(
             env,
             |n| by_name.get(n).copied(),
-            |s| tasks_sha256(&s.spec.tasks),
+            |s| tasks_digest(&s.spec.tasks),
         )
     }
 

@@ -1,13 +1,15 @@
 //! The one adapter from the pure plan to the CRD types: TaskSets (grouped by node, each under
-//! a byte budget) and the Environment naming them with their SHA-256.
+//! a byte budget) and the Environment naming them with their content hash (BLAKE3).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use sha2::{Digest, Sha256};
 
 use super::{Plan, TaskRef};
-use crate::crd::{Environment, EnvironmentSpec, HookRef, TaskSet, TaskSetRef, TaskSetSpec, labels};
+use crate::crd::{
+    Environment, EnvironmentSpec, HookRef, TaskSet, TaskSetRef, TaskSetSpec, labels,
+    tasks_digest_of_pieces,
+};
 use crate::state::State;
 
 /// The objects to apply, in order: every TaskSet, then the Environment.
@@ -144,22 +146,13 @@ pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize) -> Render
     let mut task_sets = Vec::with_capacity(groups.len());
     let mut refs = Vec::with_capacity(groups.len());
     for (idx, range) in groups.into_iter().enumerate() {
-        let mut hasher = Sha256::new();
-        hasher.update(b"[");
-        for (n, j) in json[range.clone()].iter().enumerate() {
-            if n > 0 {
-                hasher.update(b",");
-            }
-            hasher.update(j);
-        }
-        hasher.update(b"]");
-        let sha = hex::encode(hasher.finalize());
+        let digest = tasks_digest_of_pieces(json[range.clone()].iter().copied());
         // The content hash in the name: a changed render writes new sets, never edits old ones.
-        let name = format!("{env_name}-{idx:04}-{}", &sha[..10]);
+        let name = format!("{env_name}-{idx:04}-{}", &digest[..10]);
         let group: Vec<TaskRef> = moved.by_ref().take(range.len()).collect();
         refs.push(TaskSetRef {
             name: name.clone(),
-            sha256: sha,
+            blake3: digest,
             tasks: u32::try_from(group.len()).unwrap_or(u32::MAX),
         });
         let mut ts = TaskSet::new(

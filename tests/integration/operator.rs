@@ -674,12 +674,12 @@ async fn placement_template_and_taskset_problems_are_reported() -> Res {
             task_sets: vec![
                 TaskSetRef {
                     name: "eh2-0".into(),
-                    sha256: "0".repeat(64),
+                    blake3: "0".repeat(64),
                     tasks: 1,
                 },
                 TaskSetRef {
                     name: "eh2-missing".into(),
-                    sha256: "0".repeat(64),
+                    blake3: "0".repeat(64),
                     tasks: 0,
                 },
             ],
