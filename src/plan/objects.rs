@@ -1,14 +1,14 @@
 //! The one adapter from the pure plan to the CRD types: TaskSets (grouped by node, each under
 //! a byte budget) and the Environment naming them with their content hash (BLAKE3).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{Plan, TaskRef};
 use crate::crd::{
-    Environment, EnvironmentSpec, HookRef, TaskSet, TaskSetRef, TaskSetSpec, labels,
-    tasks_digest_of_pieces,
+    Environment, EnvironmentSpec, HookRef, TaskSet, TaskSetRef, TaskSetSpec, json_digest, labels,
 };
 use crate::state::State;
 
@@ -18,7 +18,7 @@ pub struct Rendered {
     pub environment: Environment,
     pub task_sets: Vec<TaskSet>,
     /// Ports taken per node (control and TCP), for keeping later environments disjoint.
-    pub ports: BTreeMap<String, std::collections::BTreeSet<u16>>,
+    pub ports: BTreeMap<String, BTreeSet<u16>>,
 }
 
 impl Rendered {
@@ -94,22 +94,23 @@ fn meta(name: &str, namespace: Option<&str>, env_name: &str) -> ObjectMeta {
 /// together unless they alone exceed the budget) and builds the Environment.
 pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
     let env_name = plan.environment_name.clone();
-    // Each task is serialized once: its size decides the packing, and a set's JSON array is the
-    // concatenation (`[a,b,...]` is exactly what serde_json writes for the Vec), hashed as is.
-    // All into one buffer: one allocation instead of one per task.
-    let mut buf: Vec<u8> = Vec::with_capacity(plan.tasks.len() * 1024);
-    let mut spans = Vec::with_capacity(plan.tasks.len());
-    for t in &plan.tasks {
-        let start = buf.len();
-        if serde_json::to_writer(&mut buf, t).is_err() {
-            buf.truncate(start);
-        }
-        spans.push(start..buf.len());
-    }
-    let json: Vec<&[u8]> = spans.into_iter().map(|r| &buf[r]).collect();
-    let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
-    let (mut start, mut size) = (0usize, 0usize);
+    // Each task is serialized once, a node at a time into a small reused buffer: its size
+    // decides the packing, and its bytes go on to the open set's JSON array (`[a,b,...]` is
+    // exactly what serde_json writes for the Vec), which is hashed when the set closes. Both
+    // buffers stay small and warm in cache; the environment's JSON is never held whole.
     let tasks = &plan.tasks;
+    let mut groups: Vec<(Range<usize>, String)> = Vec::new();
+    let mut node_json: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut spans: Vec<Range<usize>> = Vec::new();
+    let mut set_json: Vec<u8> = Vec::with_capacity(budget + 64 * 1024);
+    set_json.push(b'[');
+    let (mut start, mut size) = (0usize, 0usize);
+    let mut close = |set_json: &mut Vec<u8>, range: Range<usize>| {
+        set_json.push(b']');
+        groups.push((range, json_digest(set_json)));
+        set_json.clear();
+        set_json.push(b'[');
+    };
     let mut i = 0;
     while i < tasks.len() {
         let node = &tasks[i].node;
@@ -117,36 +118,48 @@ pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize) -> Render
             .iter()
             .position(|t| &t.node != node)
             .map_or(tasks.len(), |p| i + p);
-        let node_size: usize = json[i..end].iter().map(|j| j.len() + 1).sum();
+        node_json.clear();
+        spans.clear();
+        for t in &tasks[i..end] {
+            let at = node_json.len();
+            if serde_json::to_writer(&mut node_json, t).is_err() {
+                node_json.truncate(at);
+            }
+            spans.push(at..node_json.len());
+        }
+        let node_size: usize = spans.iter().map(|r| r.len() + 1).sum();
         if start < i && size + node_size > budget {
-            groups.push(start..i);
+            close(&mut set_json, start..i);
             (start, size) = (i, 0);
         }
-        for (k, j) in json.iter().enumerate().take(end).skip(i) {
-            let s = j.len() + 1;
+        for (k, r) in (i..end).zip(&spans) {
+            let s = r.len() + 1;
             if start < k && size + s > budget {
-                groups.push(start..k);
+                close(&mut set_json, start..k);
                 (start, size) = (k, 0);
             }
+            if start < k {
+                set_json.push(b',');
+            }
+            set_json.extend_from_slice(&node_json[r.clone()]);
             size += s;
         }
         i = end;
     }
     if start < tasks.len() {
-        groups.push(start..tasks.len());
+        close(&mut set_json, start..tasks.len());
     }
     let nodes = tasks
         .iter()
         .map(|t| t.node.as_str())
-        .collect::<std::collections::BTreeSet<_>>()
+        .collect::<BTreeSet<_>>()
         .len();
     let total = tasks.len();
     // The tasks move into their sets in order (the groups are consecutive ranges).
     let mut moved = std::mem::take(&mut plan.tasks).into_iter();
     let mut task_sets = Vec::with_capacity(groups.len());
     let mut refs = Vec::with_capacity(groups.len());
-    for (idx, range) in groups.into_iter().enumerate() {
-        let digest = tasks_digest_of_pieces(json[range.clone()].iter().copied());
+    for (idx, (range, digest)) in groups.into_iter().enumerate() {
         // The content hash in the name: a changed render writes new sets, never edits old ones.
         let name = format!("{env_name}-{idx:04}-{}", &digest[..10]);
         let group: Vec<TaskRef> = moved.by_ref().take(range.len()).collect();
@@ -192,5 +205,93 @@ pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize) -> Render
         environment,
         task_sets,
         ports: plan.ports,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::tasks_digest;
+
+    /// Tasks on `nodes` nodes (node n holds n % 4 + 1 tasks), of uneven sizes.
+    fn plan(nodes: usize) -> Plan {
+        let mut tasks = Vec::new();
+        for n in 0..nodes {
+            for k in 0..(n % 4 + 1) {
+                tasks.push(TaskRef {
+                    name: format!("t-{n}-{k}"),
+                    node: format!("node{n:03}"),
+                    path: format!("w.host-{n}.t{k}"),
+                    args: vec!["x".repeat(40 * ((n * 7 + k * 13) % 11))],
+                    ..TaskRef::default()
+                });
+            }
+        }
+        Plan {
+            environment_id: "E".into(),
+            environment_name: "e".into(),
+            workflow: "w".into(),
+            tasks,
+            hooks: Vec::new(),
+            ports: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn sets_keep_order_respect_the_budget_keep_nodes_together_and_name_their_hash() {
+        let p = plan(40);
+        let sizes: BTreeMap<&str, usize> = p
+            .tasks
+            .iter()
+            .map(|t| (t.name.as_str(), serde_json::to_vec(t).unwrap().len() + 1))
+            .collect();
+        let largest = sizes.values().max().copied().unwrap();
+        for budget in [1, 200, 700, 1500, 4000, 1 << 20] {
+            let r = objects(p.clone(), None, budget);
+            let names: Vec<&str> = r.tasks().map(|t| t.name.as_str()).collect();
+            let want: Vec<&str> = p.tasks.iter().map(|t| t.name.as_str()).collect();
+            assert_eq!(names, want, "budget {budget}: order");
+            assert_eq!(r.environment.spec.task_sets.len(), r.task_sets.len());
+            let mut node_sets: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
+            for (i, (ts, rf)) in r
+                .task_sets
+                .iter()
+                .zip(&r.environment.spec.task_sets)
+                .enumerate()
+            {
+                let json = serde_json::to_vec(&ts.spec.tasks).unwrap();
+                assert!(
+                    json.len() <= budget + 1 || ts.spec.tasks.len() == 1,
+                    "budget {budget}: set {i} holds {} bytes in {} tasks",
+                    json.len(),
+                    ts.spec.tasks.len()
+                );
+                assert_eq!(rf.blake3, tasks_digest(&ts.spec.tasks), "budget {budget}");
+                assert!(rf.name.ends_with(&rf.blake3[..10]));
+                assert_eq!(rf.tasks as usize, ts.spec.tasks.len());
+                for t in &ts.spec.tasks {
+                    node_sets.entry(&t.node).or_default().insert(i);
+                }
+            }
+            // A node spans sets only when its tasks alone exceed the budget.
+            for (node, sets) in node_sets {
+                let node_size: usize = p
+                    .tasks
+                    .iter()
+                    .filter(|t| t.node == node)
+                    .map(|t| sizes[t.name.as_str()])
+                    .sum();
+                assert!(
+                    sets.len() == 1 || node_size > budget,
+                    "budget {budget}: node {node} ({node_size} bytes) split over {sets:?}"
+                );
+            }
+            if budget >= largest * 12 {
+                assert!(
+                    r.task_sets.len() < p.tasks.len() / 4,
+                    "budget {budget}: sets are filled"
+                );
+            }
+        }
     }
 }
