@@ -3,8 +3,7 @@
 //! Renders an environment of 2,000 and of 10,000 tasks (8 per node: two readout -> StfBuilder
 //! -> StfSender chains and two more readouts, from manifests/control-workflows/) and, in the same
 //! run, serializes the unfactored task list (the `-o tasks` view) to JSON. Prints the best and
-//! median of several runs and the ratio render / serialize, for a render on one thread and on
-//! as many as it uses on this machine (resolution and serialization are split over threads).
+//! median of several runs and the ratio render / serialize.
 //!
 //! Run: `cargo bench --bench render`
 
@@ -18,7 +17,7 @@ use envbridge::workflow::Sources;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const RUNS: usize = 9;
+const RUNS: usize = 7;
 
 fn workflow(dir: &Path) {
     let chain = |i: usize| {
@@ -45,40 +44,15 @@ fn stats(mut d: Vec<Duration>) -> (f64, f64) {
     (d[0].as_secs_f64() * 1e3, d[d.len() / 2].as_secs_f64() * 1e3)
 }
 
-/// Renders `req` once: the time, the number of objects, and the tasks' `-o tasks` JSON
-/// serialization time and size (the baseline).
-fn run(req: &RenderRequest, tasks: usize) -> (Duration, usize, Duration, usize) {
-    let t0 = Instant::now();
-    let r = match plan::render(req) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::exit(2);
-        }
-    };
-    let render = t0.elapsed();
-    assert_eq!(r.tasks().len(), tasks);
-    let t1 = Instant::now();
-    let view: Vec<TaskView> = r.tasks().map(TaskView::from).collect();
-    let json = serde_json::to_vec(&view).expect("serialize");
-    let serialize = t1.elapsed();
-    (render, r.task_sets.len() + 1, serialize, json.len())
-}
-
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().expect("tempdir");
     workflow(dir.path());
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    println!(
-        "render benchmark: {RUNS} runs each, best / median (ms); this machine has {cores} cores \
-         (a render uses at most {} threads)",
-        plan::MAX_THREADS
-    );
+    println!("render benchmark: {} runs each, best / median (ms)", RUNS);
     for tasks in [2_000usize, 10_000] {
         let nodes = tasks / 8;
         let hosts: Vec<String> = (1..=nodes).map(|i| format!("flp{i:04}")).collect();
-        let req = |threads: usize| RenderRequest {
+        let req = RenderRequest {
             sources: Sources {
                 tasks_dir: root.join("manifests/control-workflows/tasks"),
                 workflows_dir: None,
@@ -87,38 +61,37 @@ fn main() {
             workflow: dir.path().join("bench.yaml"),
             sets: vec![("hosts".into(), serde_json::to_string(&hosts).expect("json"))],
             env_id: Some("bench".into()),
-            threads,
             ..RenderRequest::default()
         };
-        let (one, all) = (req(1), req(0));
-        let (mut r1, mut rn, mut ser) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut objects, mut bytes) = (0, 0);
-        // Interleaved, so that a slower moment of a shared machine hits both alike.
+        let mut render_t = Vec::new();
+        let mut ser_t = Vec::new();
+        let mut bytes = 0;
+        let mut objects = 0;
         for _ in 0..RUNS {
-            let (t, o, s, b) = run(&one, tasks);
-            r1.push(t);
-            ser.push(s);
-            (objects, bytes) = (o, b);
-            let (t, _, s, _) = run(&all, tasks);
-            rn.push(t);
-            ser.push(s);
+            let t0 = Instant::now();
+            let r = match plan::render(&req) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    std::process::exit(2);
+                }
+            };
+            render_t.push(t0.elapsed());
+            assert_eq!(r.tasks().len(), tasks);
+            objects = r.task_sets.len() + 1;
+            let t1 = Instant::now();
+            let view: Vec<TaskView> = r.tasks().map(TaskView::from).collect();
+            let json = serde_json::to_vec(&view).expect("serialize");
+            ser_t.push(t1.elapsed());
+            bytes = json.len();
         }
-        let (sb, sm) = stats(ser);
+        let (rb, rm) = stats(render_t);
+        let (sb, sm) = stats(ser_t);
         println!(
-            "{tasks:>6} tasks on {nodes:>4} nodes ({objects} objects): serialize -o tasks JSON ({:.1} MiB) {sb:6.1} / {sm:6.1}",
+            "{tasks:>6} tasks on {nodes:>4} nodes ({objects} objects): render {rb:8.1} / {rm:8.1}   \
+             serialize -o tasks JSON ({:.1} MiB) {sb:6.1} / {sm:6.1}   ratio (median) {:.2}x",
             bytes as f64 / (1024.0 * 1024.0),
+            rm / sm
         );
-        let threads = plan::threads_for(0, tasks);
-        for (label, d) in [
-            ("1 thread ".to_string(), r1),
-            (format!("{threads} threads"), rn),
-        ] {
-            let (b, m) = stats(d);
-            println!(
-                "    render, {label}: {b:8.1} / {m:8.1}   ratio to serialize: median {:.2}x, best {:.2}x",
-                m / sm,
-                b / sb
-            );
-        }
     }
 }

@@ -2,11 +2,14 @@
 //! a byte budget) and the Environment naming them with their content hash (BLAKE3).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{Plan, TaskRef, pack};
-use crate::crd::{Environment, EnvironmentSpec, HookRef, TaskSet, TaskSetRef, TaskSetSpec, labels};
+use super::{Plan, TaskRef};
+use crate::crd::{
+    Environment, EnvironmentSpec, HookRef, TaskSet, TaskSetRef, TaskSetSpec, json_digest, labels,
+};
 use crate::state::State;
 
 /// The objects to apply, in order: every TaskSet, then the Environment.
@@ -89,11 +92,63 @@ fn meta(name: &str, namespace: Option<&str>, env_name: &str) -> ObjectMeta {
 
 /// Splits the tasks into TaskSets of at most `budget` bytes of task JSON (a node's tasks stay
 /// together unless they alone exceed the budget) and builds the Environment.
-/// `threads` serialize the tasks (the objects are the same for any number).
-pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize, threads: usize) -> Rendered {
+pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
     let env_name = plan.environment_name.clone();
+    // Each task is serialized once, a node at a time into a small reused buffer: its size
+    // decides the packing, and its bytes go on to the open set's JSON array (`[a,b,...]` is
+    // exactly what serde_json writes for the Vec), which is hashed when the set closes. Both
+    // buffers stay small and warm in cache; the environment's JSON is never held whole.
     let tasks = &plan.tasks;
-    let groups = pack::pack(tasks, budget, threads);
+    let mut groups: Vec<(Range<usize>, String)> = Vec::new();
+    let mut node_json: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut spans: Vec<Range<usize>> = Vec::new();
+    let mut set_json: Vec<u8> = Vec::with_capacity(budget + 64 * 1024);
+    set_json.push(b'[');
+    let (mut start, mut size) = (0usize, 0usize);
+    let mut close = |set_json: &mut Vec<u8>, range: Range<usize>| {
+        set_json.push(b']');
+        groups.push((range, json_digest(set_json)));
+        set_json.clear();
+        set_json.push(b'[');
+    };
+    let mut i = 0;
+    while i < tasks.len() {
+        let node = &tasks[i].node;
+        let end = tasks[i..]
+            .iter()
+            .position(|t| &t.node != node)
+            .map_or(tasks.len(), |p| i + p);
+        node_json.clear();
+        spans.clear();
+        for t in &tasks[i..end] {
+            let at = node_json.len();
+            if serde_json::to_writer(&mut node_json, t).is_err() {
+                node_json.truncate(at);
+            }
+            spans.push(at..node_json.len());
+        }
+        let node_size: usize = spans.iter().map(|r| r.len() + 1).sum();
+        if start < i && size + node_size > budget {
+            close(&mut set_json, start..i);
+            (start, size) = (i, 0);
+        }
+        for (k, r) in (i..end).zip(&spans) {
+            let s = r.len() + 1;
+            if start < k && size + s > budget {
+                close(&mut set_json, start..k);
+                (start, size) = (k, 0);
+            }
+            if start < k {
+                set_json.push(b',');
+            }
+            set_json.extend_from_slice(&node_json[r.clone()]);
+            size += s;
+        }
+        i = end;
+    }
+    if start < tasks.len() {
+        close(&mut set_json, start..tasks.len());
+    }
     let nodes = tasks
         .iter()
         .map(|t| t.node.as_str())
@@ -192,7 +247,7 @@ mod tests {
             .collect();
         let largest = sizes.values().max().copied().unwrap();
         for budget in [1, 200, 700, 1500, 4000, 1 << 20] {
-            let r = objects(p.clone(), None, budget, 1 + budget % 3);
+            let r = objects(p.clone(), None, budget);
             let names: Vec<&str> = r.tasks().map(|t| t.name.as_str()).collect();
             let want: Vec<&str> = p.tasks.iter().map(|t| t.name.as_str()).collect();
             assert_eq!(names, want, "budget {budget}: order");
