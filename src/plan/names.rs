@@ -70,26 +70,24 @@ pub fn environment_name(env_id: &str) -> String {
 /// so names are unique across environments and for several tasks of one class on one node.
 pub fn task_name(env_id: &str, path: &str, class: &str, node: &str) -> String {
     let host = node.split('.').next().unwrap_or(node);
-    let h = &hash_of(&["task", env_id, path], 10);
-    let stem = dns_label(&format!("{class}-{host}"), DNS_LABEL_MAX - 11);
-    if stem.is_empty() {
-        format!("t-{h}")
-    } else {
-        format!("{stem}-{h}")
+    let h = hash_of(&["task", env_id, path], 10);
+    let mut name = dns_label(&[class, "-", host].concat(), DNS_LABEL_MAX - 11);
+    if name.is_empty() {
+        name.push('t');
     }
+    name.push('-');
+    name.push_str(&h);
+    name
 }
 
 /// The task id (FairMQ `--id`), unique within the environment.
 pub fn task_id(env_id: &str, path: &str) -> String {
-    crate::workflow::expr::short_id(&format!("{env_id}\0task\0{path}"))
+    crate::workflow::expr::short_id(&[env_id, "\0task\0", path].concat())
 }
 
 /// An abstract IPC socket name, `[a-z0-9.-]` only, identical on both sides of the channel.
 pub fn ipc_address(env_id: &str, path: &str, channel: &str) -> String {
-    format!(
-        "ipc://@eb-{}",
-        &hash_of(&["ipc", env_id, path, channel], 20)
-    )
+    ["ipc://@eb-", &hash_of(&["ipc", env_id, path, channel], 20)].concat()
 }
 
 /// The default environment id when none is given: stable for one workflow.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::ControlMode;
 use super::reuse::{Reuse, own_names};
 use crate::workflow::error::{Error, Loc, Result};
-use crate::workflow::expand::{Expanded, TaskInstance};
+use crate::workflow::expand::{Expanded, Frame, TaskInstance};
 use crate::workflow::expr::{Engine, is_falsy};
 use crate::workflow::model::{Channel, Constraint};
 use crate::workflow::scope::Scope;
@@ -89,22 +89,22 @@ pub fn resolve<'x, 'e>(
     reuse: &Reuse<'x, 'e>,
     t: &TaskInstance,
 ) -> Result<ResolvedTask> {
+    let frames = t.chain.frames();
     let mut ev = TaskEval {
-        scope: x.task_scope(engine, t),
+        scope: x.task_scope(engine, t, &frames),
         reuse,
         t,
-        own: own_names(t),
+        own: own_names(&frames),
     };
     let in_task = |e: Error| e.context(format_args!("in task `{}`", t.path));
-    let node = node_of(&ev, t).map_err(in_task)?;
+    let node = node_of(&ev, t, &frames).map_err(in_task)?;
     ev.scope.set_hostname(Arc::from(node.as_str()));
     resolve_fields(&ev, t, node).map_err(in_task)
 }
 
 /// The node: the `machine_id` constraints of the role chain, else those of the class. Two
 /// different values at one level are an error.
-fn node_of(scope: &TaskEval, t: &TaskInstance) -> Result<String> {
-    let frames = t.chain.frames();
+fn node_of(scope: &TaskEval, t: &TaskInstance, frames: &[&Frame]) -> Result<String> {
     let roles = machine_ids(
         scope,
         frames
@@ -200,10 +200,10 @@ fn resolve_fields(ev_: &TaskEval, t: &TaskInstance, node: String) -> Result<Reso
         }
     }
     let template = match scope.var("task_template")? {
-        Some(v) => v.to_string(),
+        Some(v) => String::from(&*v),
         None => match &class.name {
             Some(n) => ev(n)?,
-            None => class.id.to_string(),
+            None => String::from(&*class.id),
         },
     };
     let critical = match &t.spec.critical {
@@ -230,9 +230,9 @@ fn resolve_fields(ev_: &TaskEval, t: &TaskInstance, node: String) -> Result<Reso
     let bind = channels(ev_, &class.bind, path, &t.bind, false)?;
     let connect = channels(ev_, &class.connect, path, &t.connect, true)?;
     Ok(ResolvedTask {
-        path: path.to_string(),
+        path: String::from(&**path),
         loc: t.loc.clone(),
-        class: class.id.to_string(),
+        class: String::from(&*class.id),
         node,
         template,
         mode,
@@ -245,7 +245,7 @@ fn resolve_fields(ev_: &TaskEval, t: &TaskInstance, node: String) -> Result<Reso
         user,
         env,
         args,
-        occ_plugin_dir: scope.var("occ_plugin_dir")?.map(|v| v.to_string()),
+        occ_plugin_dir: scope.var("occ_plugin_dir")?.map(|v| String::from(&*v)),
         bind,
         connect,
         trigger: opt(&t.spec.trigger)?.filter(|s| !s.is_empty()),

@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::workflow::error::Result;
-use crate::workflow::expand::{Expanded, TaskInstance};
+use crate::workflow::expand::{Expanded, Frame, TaskInstance};
 use crate::workflow::expr::Engine;
 use crate::workflow::model::FastMap;
 use crate::workflow::scope::{Builtins, Layer, LayerRef, Scope};
@@ -93,13 +93,15 @@ impl<'x, 'e> Reuse<'x, 'e> {
 
 fn usable(s: &Shared, own: &[&str]) -> Option<String> {
     let shadowed = s.reads.iter().any(|r| own.contains(&&**r));
-    (!shadowed).then(|| s.value.to_string())
+    // `String::from`, not `to_string`: the latter formats an `Arc<str>` through `Display`.
+    (!shadowed).then(|| String::from(&*s.value))
 }
 
-/// The names a task's own role layers define (they may differ between tasks of one class).
-pub fn own_names(t: &TaskInstance) -> Vec<&str> {
+/// The names a task's own role layers (`frames`) define (they may differ between tasks of one
+/// class).
+pub fn own_names<'a>(frames: &[&'a Frame]) -> Vec<&'a str> {
     let mut out: Vec<&str> = Vec::new();
-    for f in t.chain.frames() {
+    for f in frames {
         for k in f
             .defaults()
             .iter()

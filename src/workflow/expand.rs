@@ -11,7 +11,7 @@ use super::Sources;
 use super::error::{Error, Loc, Result};
 use super::expr::{Engine, is_falsy};
 use super::load;
-use super::model::{Channel, Constraint, Role, RoleKind, TaskClass, TaskSpec, VarBlock};
+use super::model::{Channel, Constraint, FastMap, Role, RoleKind, TaskClass, TaskSpec, VarBlock};
 use super::scope::{Builtins, Layer, LayerRef, Scope};
 use super::template::Template;
 
@@ -149,8 +149,13 @@ impl Expanded {
     /// The evaluation scope of one task (the full cascade, lowest first):
     /// class defaults, site profiles, role defaults (root first), class vars, role vars
     /// (root first), `--set`.
-    pub fn task_scope<'a>(&'a self, engine: &'a Engine, t: &'a TaskInstance) -> Scope<'a> {
-        let frames = t.chain.frames();
+    /// `frames` are `t.chain.frames()`.
+    pub fn task_scope<'a>(
+        &'a self,
+        engine: &'a Engine,
+        t: &'a TaskInstance,
+        frames: &[&'a Frame],
+    ) -> Scope<'a> {
         // Class values are relative to the task itself: the scope's home (`at: None`).
         let mut layers = Vec::with_capacity(4 + self.site.len() + 2 * frames.len());
         layers.push(LayerRef::new(&t.class.defaults, None));
@@ -218,7 +223,7 @@ pub fn expand(
         site,
         sets: Layer::new(&VarBlock::from_map(set_vars), None),
         env_id: Arc::from(environment_id),
-        classes: HashMap::new(),
+        classes: FastMap::default(),
         includes: vec![workflow.to_path_buf()],
         tasks: Vec::new(),
         hooks: Vec::new(),
@@ -246,7 +251,7 @@ struct Expander<'e> {
     site: Vec<Layer>,
     sets: Layer,
     env_id: Arc<str>,
-    classes: HashMap<String, Arc<TaskClass>>,
+    classes: FastMap<String, Arc<TaskClass>>,
     includes: Vec<PathBuf>,
     tasks: Vec<TaskInstance>,
     hooks: Vec<HookInstance>,
@@ -326,7 +331,7 @@ impl<'e> Expander<'e> {
             };
             check_role_name(&name, &role.name.loc)?;
             let path: Arc<str> = match &parent.path {
-                Some(p) => Arc::from(format!("{p}.{name}")),
+                Some(p) => Arc::from([p, ".", name.as_str()].concat()),
                 None => Arc::from(name.as_str()),
             };
             let ctx = Ctx {
@@ -355,7 +360,7 @@ impl<'e> Expander<'e> {
         match kind {
             RoleKind::Aggregator(children) => {
                 let mut all: Vec<Instance> = Vec::new();
-                let mut seen: HashMap<String, Loc> = HashMap::new();
+                let mut seen: FastMap<String, Loc> = FastMap::default();
                 for child in children {
                     for inst in self.instances(child, ctx)? {
                         if let Some(first) = seen.get(&inst.name) {
@@ -376,11 +381,13 @@ impl<'e> Expander<'e> {
                 }
             }
             RoleKind::Task(spec) => {
-                let id = match spec.load.as_literal() {
-                    Some(lit) => lit.to_string(),
-                    None => self.scope(ctx, &path).eval_here(&spec.load)?,
+                let class = match spec.load.as_literal() {
+                    Some(lit) => self.class(lit, &spec.load.loc)?,
+                    None => {
+                        let id = self.scope(ctx, &path).eval_here(&spec.load)?;
+                        self.class(&id, &spec.load.loc)?
+                    }
                 };
-                let class = self.class(&id, &spec.load.loc)?;
                 self.tasks.push(TaskInstance {
                     path: path.clone(),
                     loc: role.loc.clone(),

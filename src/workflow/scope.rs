@@ -101,8 +101,8 @@ impl<'a> Scope<'a> {
             layers,
             builtins,
             home,
-            // A task reads a few dozen variables: one allocation, no rehashing.
-            memo: RefCell::new(FastMap::with_capacity_and_hasher(32, Default::default())),
+            // Allocated on first use: a task whose values its class shares reads few variables.
+            memo: RefCell::default(),
             active: RefCell::default(),
             reads: None,
         }
