@@ -217,6 +217,20 @@ fn deterministic_and_distinct_across_environments() {
 }
 
 #[test]
+fn tasks_come_sorted_by_node_and_path_whatever_the_host_order() {
+    let a = plan::render(&ours(r#"["flp003","flp001","flp002"]"#, "E1")).unwrap();
+    let b = plan::render(&ours(r#"["flp001","flp002","flp003"]"#, "E1")).unwrap();
+    let keys: Vec<(&str, &str)> = a
+        .tasks()
+        .map(|t| (t.node.as_str(), t.path.as_str()))
+        .collect();
+    assert!(keys.is_sorted(), "{keys:?}");
+    assert_eq!(keys.first().map(|k| k.0), Some("flp001"));
+    // Ports are taken in that order too, so the result is the same.
+    assert_eq!(yaml_stream(&a), yaml_stream(&b));
+}
+
+#[test]
 fn task_sets_are_written_first_and_hashed() {
     let r = plan::render(&ours(r#"["flp001","flp002","flp003"]"#, "demo")).unwrap();
     let values = r.to_json_values();

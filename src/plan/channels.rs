@@ -15,6 +15,8 @@ use crate::workflow::error::{Error, Loc, Result};
 use crate::workflow::model::FastMap;
 
 const DEFAULT_BUF: &str = "1000";
+/// Transition arguments per channel (see [`channel_keys`]).
+const KEYS_PER_CHANNEL: usize = 8;
 
 struct Bound<'a> {
     task: &'a ResolvedTask,
@@ -33,7 +35,10 @@ pub fn wire(
     let mut aliases: FastMap<String, (String, Loc)> = FastMap::default();
     // Collected as lists and sorted once per task at the end (a BTreeMap built from a list
     // is one sort and a bulk load, not an ordered insert per key).
-    let mut out: Vec<Vec<(String, String)>> = vec![Vec::new(); tasks.len()];
+    let mut out: Vec<Vec<(String, String)>> = tasks
+        .iter()
+        .map(|t| Vec::with_capacity(KEYS_PER_CHANNEL * (t.bind.len() + t.connect.len())))
+        .collect();
     for (i, t) in tasks.iter().enumerate() {
         for c in &t.bind {
             let (bind_address, connect_address) = if c.tcp {

@@ -149,7 +149,14 @@ pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
     for t in &x.tasks {
         resolved.push(resolve::resolve(&engine, &x, &reuse, t)?);
     }
-    resolved.sort_by(|a, b| (&a.node, &a.path).cmp(&(&b.node, &b.path)));
+    // Usually sorted already (iterators run over hosts in order): then no sort, whose scratch
+    // buffer alone is megabytes of fresh memory.
+    fn key(t: &resolve::ResolvedTask) -> (&str, &str) {
+        (&t.node, &t.path)
+    }
+    if !resolved.is_sorted_by(|a, b| key(a) <= key(b)) {
+        resolved.sort_by(|a, b| key(a).cmp(&key(b)));
+    }
 
     let mut book = ports::PortBook::new(&req.reserved_ports);
     let mut control = Vec::with_capacity(resolved.len());
