@@ -43,8 +43,8 @@ pub struct ResolvedTask {
     pub env: Vec<(String, String)>,
     pub args: Vec<String>,
     pub occ_plugin_dir: Option<String>,
-    pub bind: Vec<EvalChannel>,
-    pub connect: Vec<EvalChannel>,
+    pub bind: Vec<Arc<EvalChannel>>,
+    pub connect: Vec<Arc<EvalChannel>>,
     pub trigger: Option<String>,
     pub r#await: Option<String>,
     pub timeout_seconds: Option<u32>,
@@ -255,103 +255,117 @@ fn resolve_fields(ev_: &TaskEval, t: &TaskInstance, node: String) -> Result<Reso
 }
 
 /// Class channels, then the role's: a role channel replaces a class channel of the same name.
+/// A channel whose every field its class shares ([`Reuse::channel`]) is evaluated once.
 fn channels(
     scope: &TaskEval,
     class: &[Channel],
     path: &Arc<str>,
     role: &[Channel],
     outbound: bool,
-) -> Result<Vec<EvalChannel>> {
-    let mut out: BTreeMap<String, EvalChannel> = BTreeMap::new();
+) -> Result<Vec<Arc<EvalChannel>>> {
+    let mut out: BTreeMap<&str, Arc<EvalChannel>> = BTreeMap::new();
+    let mut evaluated = Vec::with_capacity(class.len() + role.len());
     // The role's channels are written at the task role itself, like the class's.
     for c in class.iter().chain(role) {
-        let ev = |t: &Template| scope.eval(t, path);
-        let opt = |t: &Option<Template>| -> Result<Option<String>> {
-            Ok(t.as_ref()
-                .map(ev)
-                .transpose()?
-                .filter(|s| !s.trim().is_empty()))
+        let ch = match scope.reuse.channel(scope.t, &scope.own, c, path, outbound) {
+            Some(ch) => ch,
+            None => Arc::new(eval_channel(&|t| scope.eval(t, path), c, outbound)?),
         };
-        let name = ev(&c.name)?;
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '-' | '_'))
-        {
-            return Err(Error::new(
-                &c.name.loc,
-                format!("channel name `{name}` may hold only letters, digits, - and _"),
-            ));
-        }
-        let r#type = match opt(&c.r#type)? {
-            Some(t) => t,
-            None => {
-                return Err(Error::new(
-                    &c.loc,
-                    format!("channel `{name}` has no `type`"),
-                ));
-            }
-        };
-        if !matches!(
-            r#type.as_str(),
-            "push" | "pull" | "pub" | "sub" | "req" | "rep" | "pair"
-        ) {
-            return Err(Error::new(
-                &c.loc,
-                format!("channel `{name}` has unknown type `{type}`", type = r#type),
-            ));
-        }
-        let addressing = opt(&c.addressing)?.unwrap_or_else(|| "tcp".to_string());
-        let tcp = match addressing.as_str() {
-            "tcp" => true,
-            "ipc" => false,
-            other => {
-                return Err(Error::new(
-                    &c.loc,
-                    format!("channel `{name}`: unknown addressing `{other}` (tcp or ipc)"),
-                ));
-            }
-        };
-        let target = match &c.target {
-            Some(t) if outbound => Some((ev(t)?, t.loc.clone())),
-            Some(t) => {
-                return Err(Error::new(
-                    &t.loc,
-                    "`target` belongs on an outbound (`connect`) channel",
-                ));
-            }
-            None if outbound => {
-                return Err(Error::new(
-                    &c.loc,
-                    format!("outbound channel `{name}` has no `target`"),
-                ));
-            }
-            None => None,
-        };
-        let global = opt(&c.global)?;
-        if outbound && global.is_some() {
-            return Err(Error::new(
-                &c.loc,
-                "`global` belongs on an inbound (`bind`) channel",
-            ));
-        }
-        out.insert(
-            name.clone(),
-            EvalChannel {
-                loc: c.loc.clone(),
-                name,
-                r#type,
-                transport: opt(&c.transport)?,
-                tcp,
-                snd_buf_size: opt(&c.snd_buf_size)?,
-                rcv_buf_size: opt(&c.rcv_buf_size)?,
-                rate_logging: opt(&c.rate_logging)?,
-                target,
-                global,
-            },
-        );
+        evaluated.push(ch);
+    }
+    for ch in &evaluated {
+        out.insert(&ch.name, ch.clone());
     }
     Ok(out.into_values().collect())
+}
+
+/// One channel's fields, evaluated by `ev`.
+pub fn eval_channel(
+    ev: &dyn Fn(&Template) -> Result<String>,
+    c: &Channel,
+    outbound: bool,
+) -> Result<EvalChannel> {
+    let opt = |t: &Option<Template>| -> Result<Option<String>> {
+        Ok(t.as_ref()
+            .map(ev)
+            .transpose()?
+            .filter(|s| !s.trim().is_empty()))
+    };
+    let name = ev(&c.name)?;
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '-' | '_'))
+    {
+        return Err(Error::new(
+            &c.name.loc,
+            format!("channel name `{name}` may hold only letters, digits, - and _"),
+        ));
+    }
+    let r#type = match opt(&c.r#type)? {
+        Some(t) => t,
+        None => {
+            return Err(Error::new(
+                &c.loc,
+                format!("channel `{name}` has no `type`"),
+            ));
+        }
+    };
+    if !matches!(
+        r#type.as_str(),
+        "push" | "pull" | "pub" | "sub" | "req" | "rep" | "pair"
+    ) {
+        return Err(Error::new(
+            &c.loc,
+            format!("channel `{name}` has unknown type `{type}`", type = r#type),
+        ));
+    }
+    let addressing = opt(&c.addressing)?.unwrap_or_else(|| "tcp".to_string());
+    let tcp = match addressing.as_str() {
+        "tcp" => true,
+        "ipc" => false,
+        other => {
+            return Err(Error::new(
+                &c.loc,
+                format!("channel `{name}`: unknown addressing `{other}` (tcp or ipc)"),
+            ));
+        }
+    };
+    let target = match &c.target {
+        Some(t) if outbound => Some((ev(t)?, t.loc.clone())),
+        Some(t) => {
+            return Err(Error::new(
+                &t.loc,
+                "`target` belongs on an outbound (`connect`) channel",
+            ));
+        }
+        None if outbound => {
+            return Err(Error::new(
+                &c.loc,
+                format!("outbound channel `{name}` has no `target`"),
+            ));
+        }
+        None => None,
+    };
+    let global = opt(&c.global)?;
+    if outbound && global.is_some() {
+        return Err(Error::new(
+            &c.loc,
+            "`global` belongs on an inbound (`bind`) channel",
+        ));
+    }
+    Ok(EvalChannel {
+        loc: c.loc.clone(),
+        name,
+        r#type,
+        transport: opt(&c.transport)?,
+        tcp,
+        snd_buf_size: opt(&c.snd_buf_size)?,
+        rcv_buf_size: opt(&c.rcv_buf_size)?,
+        rate_logging: opt(&c.rate_logging)?,
+        target,
+        global,
+    })
 }
 
 /// `30`, `30s`, `2m`, `1h`, `1m30s` -> seconds.

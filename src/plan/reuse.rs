@@ -1,35 +1,39 @@
 //! Values evaluated once per task class instead of once per task.
 //!
-//! Most of a class's values (arguments, env, channel fields) read only variables that every
-//! task of the class resolves alike: class defaults and vars, the site profile, `--set`. Such a
-//! value is evaluated once, in a scope of just those layers, remembering every name it read.
-//! A task reuses it unless one of its own role layers (role `defaults`/`vars`, iterator
-//! variables) defines one of those names; a value that read `task_hostname`, `Parent()`,
-//! `Up(n)` or `uid.New()` is never reused. Otherwise the task evaluates it itself, exactly as
-//! without this cache, so output and errors are unchanged.
+//! Most of a class's values (arguments, env, channels) read only variables that every task of
+//! the class resolves alike: class defaults and vars, the site profile, `--set`. Such a value
+//! is evaluated once, in a scope of just those layers, remembering every name it read. A task
+//! reuses it unless one of its own role layers (role `defaults`/`vars`, iterator variables)
+//! defines one of those names; a value that read `task_hostname`, `Parent()`, `Up(n)` or
+//! `uid.New()`, or that failed, is never reused. Otherwise the task evaluates it itself,
+//! exactly as without this cache, so output and errors are unchanged.
 
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use super::resolve::{EvalChannel, eval_channel};
 use crate::workflow::error::Result;
 use crate::workflow::expand::{Expanded, Frame, TaskInstance};
 use crate::workflow::expr::Engine;
-use crate::workflow::model::FastMap;
+use crate::workflow::model::{Channel, FastMap};
 use crate::workflow::scope::{Builtins, Layer, LayerRef, Scope};
 use crate::workflow::template::Template;
 
 /// A value shared by the tasks of one class, with the names it read.
-struct Shared {
-    value: Arc<str>,
+struct Shared<T> {
+    value: T,
     reads: Box<[Arc<str>]>,
 }
+
+/// By (class, what was evaluated): `None` when the value cannot be shared.
+type Cache<T> = RefCell<FastMap<(usize, usize), Option<Shared<T>>>>;
 
 /// The per-render cache (one per [`Expanded`]).
 pub struct Reuse<'x, 'e> {
     engine: &'e Engine,
     x: &'x Expanded,
-    /// By (class, template text): `None` when the value cannot be shared.
-    values: RefCell<FastMap<(usize, usize), Option<Shared>>>,
+    values: Cache<Arc<str>>,
+    channels: Cache<Arc<EvalChannel>>,
 }
 
 impl<'x, 'e> Reuse<'x, 'e> {
@@ -38,6 +42,7 @@ impl<'x, 'e> Reuse<'x, 'e> {
             engine,
             x,
             values: RefCell::default(),
+            channels: RefCell::default(),
         }
     }
 
@@ -49,21 +54,55 @@ impl<'x, 'e> Reuse<'x, 'e> {
         tmpl: &Template,
         at: &Arc<str>,
     ) -> Option<String> {
-        let key = (
-            Arc::as_ptr(&t.class).cast::<u8>() as usize,
-            Arc::as_ptr(&tmpl.parts).cast::<u8>() as usize,
-        );
-        if let Some(entry) = self.values.borrow().get(&key) {
+        let what = Arc::as_ptr(&tmpl.parts).cast::<u8>() as usize;
+        self.shared(&self.values, t, own, what, |scope| {
+            scope.eval(tmpl, at).map(Arc::from)
+        })
+        // `String::from`, not `to_string`: the latter formats an `Arc<str>` through `Display`.
+        .map(|v| String::from(&*v))
+    }
+
+    /// Channel `c` (written at `at`) of task `t`, when every field of it is shared.
+    pub fn channel(
+        &self,
+        t: &TaskInstance,
+        own: &[&str],
+        c: &Channel,
+        at: &Arc<str>,
+        outbound: bool,
+    ) -> Option<Arc<EvalChannel>> {
+        // A channel lives in one list (bind or connect) of its class or role: its address
+        // tells them apart.
+        let what = std::ptr::from_ref(c) as usize;
+        self.shared(&self.channels, t, own, what, |scope| {
+            eval_channel(&|tmpl| scope.eval(tmpl, at), c, outbound).map(Arc::new)
+        })
+    }
+
+    fn shared<T: Clone>(
+        &self,
+        cache: &Cache<T>,
+        t: &TaskInstance,
+        own: &[&str],
+        what: usize,
+        eval: impl FnOnce(&Scope) -> Result<T>,
+    ) -> Option<T> {
+        let key = (Arc::as_ptr(&t.class).cast::<u8>() as usize, what);
+        if let Some(entry) = cache.borrow().get(&key) {
             return usable(entry.as_ref()?, own);
         }
-        let entry = self.evaluate(t, tmpl, at);
+        let entry = self.evaluate(t, eval);
         let out = entry.as_ref().and_then(|s| usable(s, own));
-        self.values.borrow_mut().insert(key, entry);
+        cache.borrow_mut().insert(key, entry);
         out
     }
 
-    /// Evaluates `tmpl` with only the layers every task of the class shares.
-    fn evaluate(&self, t: &TaskInstance, tmpl: &Template, at: &Arc<str>) -> Option<Shared> {
+    /// Evaluates with only the layers every task of the class shares.
+    fn evaluate<T>(
+        &self,
+        t: &TaskInstance,
+        eval: impl FnOnce(&Scope) -> Result<T>,
+    ) -> Option<Shared<T>> {
         let x = self.x;
         let mut layers = Vec::with_capacity(3 + x.site.len());
         layers.push(LayerRef::new(&t.class.defaults, None));
@@ -79,11 +118,11 @@ impl<'x, 'e> Reuse<'x, 'e> {
             },
             t.path.clone(),
         );
-        let value: Result<String> = scope.eval(tmpl, at);
+        let value = eval(&scope);
         let reads = scope.take_reads();
         match value {
-            Ok(v) if !reads.contextual => Some(Shared {
-                value: Arc::from(v),
+            Ok(value) if !reads.contextual => Some(Shared {
+                value,
                 reads: reads.names.into_boxed_slice(),
             }),
             _ => None,
@@ -91,10 +130,9 @@ impl<'x, 'e> Reuse<'x, 'e> {
     }
 }
 
-fn usable(s: &Shared, own: &[&str]) -> Option<String> {
+fn usable<T: Clone>(s: &Shared<T>, own: &[&str]) -> Option<T> {
     let shadowed = s.reads.iter().any(|r| own.contains(&&**r));
-    // `String::from`, not `to_string`: the latter formats an `Arc<str>` through `Display`.
-    (!shadowed).then(|| String::from(&*s.value))
+    (!shadowed).then(|| s.value.clone())
 }
 
 /// The names a task's own role layers (`frames`) define (they may differ between tasks of one
