@@ -239,9 +239,10 @@ fn task_ref(
         });
     }
     env.retain(|e| e.name != "OCC_CONTROL_PORT");
+    let port_text = port.to_string();
     env.push(EnvVar {
         name: "OCC_CONTROL_PORT".into(),
-        value: port.to_string(),
+        value: port_text.clone(),
     });
     let mut args = t.args;
     if t.mode == ControlMode::Fairmq {
@@ -259,7 +260,7 @@ fn task_ref(
             "--color",
             "false",
             "--control-port",
-            &port.to_string(),
+            &port_text,
         ] {
             args.push(a.to_string());
         }

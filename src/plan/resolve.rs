@@ -143,14 +143,21 @@ fn machine_ids<'a>(
 ) -> Result<Vec<(String, Loc)>> {
     let mut out = Vec::new();
     for (c, at) in items {
-        if scope.eval(&c.attribute, at)? != "machine_id" {
+        let is_machine_id = match c.attribute.as_literal() {
+            Some(lit) => lit == "machine_id",
+            None => scope.eval(&c.attribute, at)? == "machine_id",
+        };
+        if !is_machine_id {
             continue;
         }
-        let v = scope.eval(&c.value, at)?;
+        let mut v = scope.eval(&c.value, at)?;
         if v.trim().is_empty() {
             return Err(Error::new(&c.value.loc, "`machine_id` constraint is empty"));
         }
-        out.push((v.trim().to_string(), c.value.loc.clone()));
+        if v.trim().len() != v.len() {
+            v = v.trim().to_string();
+        }
+        out.push((v, c.value.loc.clone()));
     }
     Ok(out)
 }
