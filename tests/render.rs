@@ -1003,3 +1003,41 @@ fn class_values_are_shared_only_where_no_role_redefines_what_they_read() {
         ]
     );
 }
+
+/// A target `::alias` reaches the inbound channel that publishes it: both ends get one address.
+#[test]
+fn a_global_alias_connects_both_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("tasks")).unwrap();
+    std::fs::write(
+        dir.path().join("tasks/t.yaml"),
+        "name: t\ncontrol:\n  mode: fairmq\ncommand:\n  value: /bin/t\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("w.yaml"),
+        format!(
+            "name: w\n{HOST}      - name: a\n        bind:\n          - name: out\n            type: push\n            \
+             addressing: ipc\n            global: \"feed-{{{{ task_hostname }}}}\"\n        task:\n          load: t\n\
+             \x20     - name: b\n        connect:\n          - name: in\n            type: pull\n            \
+             target: \"::feed-flp001\"\n        task:\n          load: t\n"
+        ),
+    )
+    .unwrap();
+    let r = plan::render(&RenderRequest {
+        sources: Sources {
+            tasks_dir: dir.path().join("tasks"),
+            workflows_dir: None,
+            defaults_files: vec![],
+        },
+        workflow: dir.path().join("w.yaml"),
+        env_id: Some("E".into()),
+        ..RenderRequest::default()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let t: Vec<_> = r.tasks().collect();
+    let bound = &t[0].channels["chans.out.0.address"];
+    assert!(bound.starts_with("ipc://@eb-"), "{bound}");
+    assert_eq!(&t[1].channels["chans.in.0.address"], bound);
+    assert_eq!(t[1].channels["chans.in.0.method"], "connect");
+}

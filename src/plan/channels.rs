@@ -31,7 +31,9 @@ pub fn wire(
     book: &mut PortBook,
     tcp_ports: &RangeInclusive<u16>,
 ) -> Result<Vec<BTreeMap<String, String>>> {
-    let mut bound: FastMap<String, Bound> = FastMap::default();
+    // By (role path, channel name): what a target `<role path>:<channel>` names (neither part
+    // can hold a `:`).
+    let mut bound: FastMap<(&str, &str), Bound> = FastMap::default();
     let mut aliases: FastMap<String, (String, Loc)> = FastMap::default();
     // Collected as lists and sorted once per task at the end (a BTreeMap built from a list
     // is one sort and a bulk load, not an ordered insert per key).
@@ -63,8 +65,8 @@ pub fn wire(
                 let a = names::ipc_address(env_id, &t.path, &c.name);
                 (a.clone(), a)
             };
-            let key = format!("{}:{}", t.path, c.name);
             if let Some(g) = &c.global {
+                let key = format!("{}:{}", t.path, c.name);
                 if let Some((other, loc)) = aliases.get(g)
                     && *other != key
                 {
@@ -75,7 +77,7 @@ pub fn wire(
                         ),
                     ));
                 }
-                aliases.insert(g.clone(), (key.clone(), c.loc.clone()));
+                aliases.insert(g.clone(), (key, c.loc.clone()));
             }
             channel_keys(
                 &mut out[i],
@@ -85,7 +87,7 @@ pub fn wire(
                 c.transport.as_deref(),
             );
             bound.insert(
-                key,
+                (t.path.as_str(), c.name.as_str()),
                 Bound {
                     task: t,
                     chan: c,
@@ -99,9 +101,9 @@ pub fn wire(
             let Some((target, tloc)) = &c.target else {
                 continue;
             };
-            let key = match target.strip_prefix("::") {
+            let key: &str = match target.strip_prefix("::") {
                 Some(alias) => match aliases.get(alias) {
-                    Some((k, _)) => k.clone(),
+                    Some((k, _)) => k,
                     None => {
                         return Err(Error::new(
                             tloc,
@@ -112,9 +114,9 @@ pub fn wire(
                         ));
                     }
                 },
-                None => target.clone(),
+                None => target,
             };
-            let Some(b) = bound.get(&key) else {
+            let Some(b) = key.rsplit_once(':').and_then(|k| bound.get(&k)) else {
                 let hint = match key.rsplit_once(':') {
                     Some((p, ch)) => format!("no inbound channel `{ch}` on a task at role `{p}`"),
                     None => "expected `<role path>:<channel>` or `::<alias>`".to_string(),

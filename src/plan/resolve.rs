@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::ControlMode;
-use super::reuse::{Reuse, own_names};
+use super::reuse::{Own, Reuse, own_names};
 use crate::workflow::error::{Error, Loc, Result};
 use crate::workflow::expand::{Expanded, Frame, TaskInstance};
 use crate::workflow::expr::{Engine, is_falsy};
@@ -67,7 +67,7 @@ struct TaskEval<'a, 'x, 'e> {
     reuse: &'a Reuse<'x, 'e>,
     t: &'a TaskInstance,
     /// Names the task's own role layers define.
-    own: Vec<&'a str>,
+    own: Own<'a>,
 }
 
 impl TaskEval<'_, '_, '_> {

@@ -23,6 +23,23 @@ use crate::workflow::template::Template;
 struct Shared<T> {
     value: T,
     reads: Box<[Arc<str>]>,
+    /// [`mask`] of `reads`: most checks end with it.
+    mask: u64,
+}
+
+/// The names a task's own role layers define, and their [`mask`].
+pub struct Own<'a> {
+    names: Vec<&'a str>,
+    mask: u64,
+}
+
+/// One bit per name (a 64-bit Bloom filter): two sets whose masks share no bit share no name.
+fn mask<'n>(names: impl IntoIterator<Item = &'n str>) -> u64 {
+    use std::hash::BuildHasher;
+    let h = foldhash::fast::FixedState::default();
+    names
+        .into_iter()
+        .fold(0, |m, n| m | 1u64 << (h.hash_one(n) & 63))
 }
 
 /// By (class, what was evaluated): `None` when the value cannot be shared.
@@ -50,7 +67,7 @@ impl<'x, 'e> Reuse<'x, 'e> {
     pub fn get(
         &self,
         t: &TaskInstance,
-        own: &[&str],
+        own: &Own,
         tmpl: &Template,
         at: &Arc<str>,
     ) -> Option<String> {
@@ -66,7 +83,7 @@ impl<'x, 'e> Reuse<'x, 'e> {
     pub fn channel(
         &self,
         t: &TaskInstance,
-        own: &[&str],
+        own: &Own,
         c: &Channel,
         at: &Arc<str>,
         outbound: bool,
@@ -83,7 +100,7 @@ impl<'x, 'e> Reuse<'x, 'e> {
         &self,
         cache: &Cache<T>,
         t: &TaskInstance,
-        own: &[&str],
+        own: &Own,
         what: usize,
         eval: impl FnOnce(&Scope) -> Result<T>,
     ) -> Option<T> {
@@ -123,6 +140,7 @@ impl<'x, 'e> Reuse<'x, 'e> {
         match value {
             Ok(value) if !reads.contextual => Some(Shared {
                 value,
+                mask: mask(reads.names.iter().map(|n| &**n)),
                 reads: reads.names.into_boxed_slice(),
             }),
             _ => None,
@@ -130,14 +148,14 @@ impl<'x, 'e> Reuse<'x, 'e> {
     }
 }
 
-fn usable<T: Clone>(s: &Shared<T>, own: &[&str]) -> Option<T> {
-    let shadowed = s.reads.iter().any(|r| own.contains(&&**r));
+fn usable<T: Clone>(s: &Shared<T>, own: &Own) -> Option<T> {
+    let shadowed = s.mask & own.mask != 0 && s.reads.iter().any(|r| own.names.contains(&&**r));
     (!shadowed).then(|| s.value.clone())
 }
 
 /// The names a task's own role layers (`frames`) define (they may differ between tasks of one
 /// class).
-pub fn own_names<'a>(frames: &[&'a Frame]) -> Vec<&'a str> {
+pub fn own_names<'a>(frames: &[&'a Frame]) -> Own<'a> {
     let mut out: Vec<&str> = Vec::new();
     for f in frames {
         for k in f
@@ -151,5 +169,8 @@ pub fn own_names<'a>(frames: &[&'a Frame]) -> Vec<&'a str> {
             }
         }
     }
-    out
+    Own {
+        mask: mask(out.iter().copied()),
+        names: out,
+    }
 }

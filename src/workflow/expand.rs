@@ -114,7 +114,7 @@ pub struct TaskInstance {
     pub path: Arc<str>,
     pub loc: Loc,
     pub class: Arc<TaskClass>,
-    pub spec: TaskSpec,
+    pub spec: Arc<TaskSpec>,
     /// The role chain: role `defaults`, `vars`, iterator variables and constraints.
     pub chain: Chain,
     /// The task role's own channels (written at `path`).

@@ -190,13 +190,13 @@ fn role(node: &Node, depth: usize) -> Result<Role> {
                 Some(l) => Template::from_node(l)?,
                 None => return Err(Error::new(&t.loc, "`task` without `load`")),
             };
-            RoleKind::Task(TaskSpec {
+            RoleKind::Task(Arc::new(TaskSpec {
                 load,
                 critical: opt_tmpl(tf.get("critical"))?,
                 timeout: opt_tmpl(tf.get("timeout"))?,
                 trigger: opt_tmpl(tf.get("trigger"))?,
                 r#await: opt_tmpl(tf.get("await"))?,
-            })
+            }))
         }
         ["call"] => {
             let c = f["call"];

@@ -108,7 +108,8 @@ pub struct ForSpec {
 
 #[derive(Clone, Debug)]
 pub enum RoleKind {
-    Task(TaskSpec),
+    /// Shared with every task instance of the role.
+    Task(Arc<TaskSpec>),
     Call(CallSpec),
     Include(Template),
     Aggregator(Vec<Role>),
