@@ -929,6 +929,21 @@ fn fuzz_expressions_never_panic() {
     }
 }
 
+/// Renders `workflow` of `dir` (task classes in `dir/tasks`, no site profile), which must succeed.
+fn render_in(dir: &Path, workflow: &str) -> Rendered {
+    plan::render(&RenderRequest {
+        sources: Sources {
+            tasks_dir: dir.join("tasks"),
+            workflows_dir: None,
+            defaults_files: vec![],
+        },
+        workflow: dir.join(workflow),
+        env_id: Some("E".into()),
+        ..RenderRequest::default()
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// A class value is evaluated once per class and shared, except where a task's own role layers
 /// redefine a variable it reads (directly or through another variable), or it reads the task's
 /// context. Each task must get exactly what evaluating it alone would give.
@@ -958,17 +973,7 @@ fn class_values_are_shared_only_where_no_role_redefines_what_they_read() {
         ),
     );
     std::fs::write(dir.path().join("s.yaml"), wf).unwrap();
-    let r = plan::render(&RenderRequest {
-        sources: Sources {
-            tasks_dir: dir.path().join("tasks"),
-            workflows_dir: None,
-            defaults_files: vec![],
-        },
-        workflow: dir.path().join("s.yaml"),
-        env_id: Some("E".into()),
-        ..RenderRequest::default()
-    })
-    .unwrap_or_else(|e| panic!("{e}"));
+    let r = render_in(dir.path(), "s.yaml");
     let got: Vec<(String, Vec<String>, String)> = r
         .tasks()
         .map(|t| {
@@ -1024,17 +1029,7 @@ fn a_global_alias_connects_both_ends() {
         ),
     )
     .unwrap();
-    let r = plan::render(&RenderRequest {
-        sources: Sources {
-            tasks_dir: dir.path().join("tasks"),
-            workflows_dir: None,
-            defaults_files: vec![],
-        },
-        workflow: dir.path().join("w.yaml"),
-        env_id: Some("E".into()),
-        ..RenderRequest::default()
-    })
-    .unwrap_or_else(|e| panic!("{e}"));
+    let r = render_in(dir.path(), "w.yaml");
     let t: Vec<_> = r.tasks().collect();
     let bound = &t[0].channels["chans.out.0.address"];
     assert!(bound.starts_with("ipc://@eb-"), "{bound}");
