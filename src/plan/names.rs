@@ -127,6 +127,8 @@ mod tests {
         assert!(is_dns_label(&n1), "{n1}");
         assert!(n1.starts_with("stfbuilder-senderoutput-flp001-"));
         assert!(n1 != n2 && n1 != n3);
+        assert_eq!(dns_label("Ä-é_x..Y ü", 63), "x-y");
+        assert_eq!(dns_label("--Flp001.Cluster--", 63), "flp001-cluster");
         let long = task_name("E", "p", &"x".repeat(200), "n");
         assert!(is_dns_label(&long), "{long}");
         let ipc = ipc_address("E", "w.h.readout", "readout");
