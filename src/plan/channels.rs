@@ -116,8 +116,9 @@ pub fn wire(
                 },
                 None => target,
             };
-            let Some(b) = key.rsplit_once(':').and_then(|k| bound.get(&k)) else {
-                let hint = match key.rsplit_once(':') {
+            let split = key.rsplit_once(':');
+            let Some(b) = split.and_then(|k| bound.get(&k)) else {
+                let hint = match split {
                     Some((p, ch)) => format!("no inbound channel `{ch}` on a task at role `{p}`"),
                     None => "expected `<role path>:<channel>` or `::<alias>`".to_string(),
                 };

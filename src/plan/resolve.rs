@@ -104,15 +104,15 @@ pub fn resolve<'x, 'e>(
 
 /// The node: the `machine_id` constraints of the role chain, else those of the class. Two
 /// different values at one level are an error.
-fn node_of(scope: &TaskEval, t: &TaskInstance, frames: &[&Frame]) -> Result<String> {
+fn node_of(task: &TaskEval, t: &TaskInstance, frames: &[&Frame]) -> Result<String> {
     let roles = machine_ids(
-        scope,
+        task,
         frames
             .iter()
             .flat_map(|f| f.constraints())
             .map(|(c, at)| (c, at)),
     )?;
-    let class = machine_ids(scope, t.class.constraints.iter().map(|c| (c, &t.path)))?;
+    let class = machine_ids(task, t.class.constraints.iter().map(|c| (c, &t.path)))?;
     let chosen = if roles.is_empty() { class } else { roles };
     let mut it = chosen.into_iter();
     let Some((first, first_loc)) = it.next() else {
@@ -138,19 +138,19 @@ fn node_of(scope: &TaskEval, t: &TaskInstance, frames: &[&Frame]) -> Result<Stri
 }
 
 fn machine_ids<'a>(
-    scope: &TaskEval,
+    task: &TaskEval,
     items: impl Iterator<Item = (&'a Constraint, &'a Arc<str>)>,
 ) -> Result<Vec<(String, Loc)>> {
     let mut out = Vec::new();
     for (c, at) in items {
         let is_machine_id = match c.attribute.as_literal() {
             Some(lit) => lit == "machine_id",
-            None => scope.eval(&c.attribute, at)? == "machine_id",
+            None => task.eval(&c.attribute, at)? == "machine_id",
         };
         if !is_machine_id {
             continue;
         }
-        let mut v = scope.eval(&c.value, at)?;
+        let mut v = task.eval(&c.value, at)?;
         if v.trim().is_empty() {
             return Err(Error::new(&c.value.loc, "`machine_id` constraint is empty"));
         }
@@ -162,11 +162,11 @@ fn machine_ids<'a>(
     Ok(out)
 }
 
-fn resolve_fields(ev_: &TaskEval, t: &TaskInstance, node: String) -> Result<ResolvedTask> {
+fn resolve_fields(task: &TaskEval, t: &TaskInstance, node: String) -> Result<ResolvedTask> {
     let class = &t.class;
     let path = &t.path;
-    let scope = &ev_.scope;
-    let ev = |tmpl: &Template| ev_.eval(tmpl, path);
+    let scope = &task.scope;
+    let ev = |tmpl: &Template| task.eval(tmpl, path);
     let opt =
         |tmpl: &Option<Template>| -> Result<Option<String>> { tmpl.as_ref().map(ev).transpose() };
 
@@ -234,8 +234,8 @@ fn resolve_fields(ev_: &TaskEval, t: &TaskInstance, node: String) -> Result<Reso
         Some(s) => !is_falsy(&ev(s)?),
         None => false,
     };
-    let bind = channels(ev_, &class.bind, path, &t.bind, false)?;
-    let connect = channels(ev_, &class.connect, path, &t.connect, true)?;
+    let bind = channels(task, &class.bind, path, &t.bind, false)?;
+    let connect = channels(task, &class.connect, path, &t.connect, true)?;
     Ok(ResolvedTask {
         path: String::from(&**path),
         loc: t.loc.clone(),
@@ -264,7 +264,7 @@ fn resolve_fields(ev_: &TaskEval, t: &TaskInstance, node: String) -> Result<Reso
 /// Class channels, then the role's: a role channel replaces a class channel of the same name.
 /// A channel whose every field its class shares ([`Reuse::channel`]) is evaluated once.
 fn channels(
-    scope: &TaskEval,
+    task: &TaskEval,
     class: &[Channel],
     path: &Arc<str>,
     role: &[Channel],
@@ -274,9 +274,9 @@ fn channels(
     let mut evaluated = Vec::with_capacity(class.len() + role.len());
     // The role's channels are written at the task role itself, like the class's.
     for c in class.iter().chain(role) {
-        let ch = match scope.reuse.channel(scope.t, &scope.own, c, path, outbound) {
+        let ch = match task.reuse.channel(task.t, &task.own, c, path, outbound) {
             Some(ch) => ch,
-            None => Arc::new(eval_channel(&|t| scope.eval(t, path), c, outbound)?),
+            None => Arc::new(eval_channel(&|t| task.eval(t, path), c, outbound)?),
         };
         evaluated.push(ch);
     }

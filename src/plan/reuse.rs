@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use super::resolve::{EvalChannel, eval_channel};
 use crate::workflow::error::Result;
-use crate::workflow::expand::{Expanded, Frame, TaskInstance};
+use crate::workflow::expand::{Expanded, Frame, TaskInstance, cascade};
 use crate::workflow::expr::Engine;
 use crate::workflow::model::{Channel, FastMap};
-use crate::workflow::scope::{Builtins, Layer, LayerRef, Scope};
+use crate::workflow::scope::{Builtins, Scope};
 use crate::workflow::template::Template;
 
 /// A value shared by the tasks of one class, with the names it read.
@@ -121,14 +121,10 @@ impl<'x, 'e> Reuse<'x, 'e> {
         eval: impl FnOnce(&Scope) -> Result<T>,
     ) -> Option<Shared<T>> {
         let x = self.x;
-        let mut layers = Vec::with_capacity(3 + x.site.len());
-        layers.push(LayerRef::new(&t.class.defaults, None));
-        layers.extend(x.site.iter().map(Layer::borrow));
-        layers.push(LayerRef::new(&t.class.vars, None));
-        layers.push(x.sets.borrow());
+        // The task's cascade without its role layers.
         let scope = Scope::tracked(
             self.engine,
-            layers,
+            cascade(Some(&t.class), &x.site, &[], &x.sets),
             Builtins {
                 environment_id: x.environment_id.clone(),
                 task_hostname: None,

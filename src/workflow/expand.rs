@@ -146,31 +146,17 @@ pub struct Expanded {
 }
 
 impl Expanded {
-    /// The evaluation scope of one task (the full cascade, lowest first):
-    /// class defaults, site profiles, role defaults (root first), class vars, role vars
-    /// (root first), `--set`.
-    /// `frames` are `t.chain.frames()`.
+    /// The evaluation scope of one task: its whole [`cascade`]. `frames` are
+    /// `t.chain.frames()`.
     pub fn task_scope<'a>(
         &'a self,
         engine: &'a Engine,
         t: &'a TaskInstance,
         frames: &[&'a Frame],
     ) -> Scope<'a> {
-        // Class values are relative to the task itself: the scope's home (`at: None`).
-        let mut layers = Vec::with_capacity(4 + self.site.len() + 2 * frames.len());
-        layers.push(LayerRef::new(&t.class.defaults, None));
-        layers.extend(self.site.iter().map(Layer::borrow));
-        layers.extend(
-            frames
-                .iter()
-                .flat_map(|f| f.defaults.iter().map(Layer::borrow)),
-        );
-        layers.push(LayerRef::new(&t.class.vars, None));
-        layers.extend(frames.iter().flat_map(|f| f.vars.iter().map(Layer::borrow)));
-        layers.push(self.sets.borrow());
         Scope::new(
             engine,
-            layers,
+            cascade(Some(&t.class), &self.site, frames, &self.sets),
             Builtins {
                 environment_id: self.environment_id.clone(),
                 task_hostname: None,
@@ -178,6 +164,30 @@ impl Expanded {
             t.path.clone(),
         )
     }
+}
+
+/// The cascade, lowest priority first (docs/workflow-language.md): class defaults, site
+/// profiles, role defaults (root first), class vars, role vars (root first), `--set`. Without
+/// a class (a role's own values) the class layers are left out. Class values are relative to
+/// the task itself: the scope's home (`at: None`).
+pub fn cascade<'a>(
+    class: Option<&'a TaskClass>,
+    site: &'a [Layer],
+    frames: &[&'a Frame],
+    sets: &'a Layer,
+) -> Vec<LayerRef<'a>> {
+    let mut layers = Vec::with_capacity(4 + site.len() + 2 * frames.len());
+    layers.extend(class.map(|c| LayerRef::new(&c.defaults, None)));
+    layers.extend(site.iter().map(Layer::borrow));
+    layers.extend(
+        frames
+            .iter()
+            .flat_map(|f| f.defaults.iter().map(Layer::borrow)),
+    );
+    layers.extend(class.map(|c| LayerRef::new(&c.vars, None)));
+    layers.extend(frames.iter().flat_map(|f| f.vars.iter().map(Layer::borrow)));
+    layers.push(sets.borrow());
+    layers
 }
 
 #[derive(Clone, Default)]
@@ -259,19 +269,9 @@ struct Expander<'e> {
 
 impl<'e> Expander<'e> {
     fn scope<'a>(&'a self, ctx: &'a Ctx, home: &Arc<str>) -> Scope<'a> {
-        let frames = ctx.chain.frames();
-        let mut layers = Vec::with_capacity(2 + self.site.len() + 2 * frames.len());
-        layers.extend(self.site.iter().map(Layer::borrow));
-        layers.extend(
-            frames
-                .iter()
-                .flat_map(|f| f.defaults.iter().map(Layer::borrow)),
-        );
-        layers.extend(frames.iter().flat_map(|f| f.vars.iter().map(Layer::borrow)));
-        layers.push(self.sets.borrow());
         Scope::new(
             self.engine,
-            layers,
+            cascade(None, &self.site, &ctx.chain.frames(), &self.sets),
             Builtins {
                 environment_id: self.env_id.clone(),
                 task_hostname: None,
