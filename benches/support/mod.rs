@@ -7,7 +7,7 @@ use std::path::Path;
 
 use envbridge::crd::TaskTemplate;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 pub type Res<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -22,14 +22,7 @@ pub fn env_num(name: &str, default: usize) -> usize {
 
 /// A fresh namespace labelled as a benchmark's (so that leftovers are easy to find).
 pub async fn create_ns(admin: &Client, name: &str) -> Res {
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some([("envbridge.dev/bench".to_string(), "true".to_string())].into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let ns = envbridge::dev::fixtures::labelled_namespace(name, "envbridge.dev/bench");
     Api::<Namespace>::all(admin.clone())
         .create(&PostParams::default(), &ns)
         .await?;

@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use kube::api::{DynamicObject, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Scope, pinned_kind};
 use kube::{Api, Client, ResourceExt};
@@ -93,4 +94,17 @@ pub async fn deploy(
         .patch(name, &pp, &Patch::Apply(&env))
         .await?;
     Ok(())
+}
+
+/// A namespace object named `name`, labelled `<label>=true` so that leftovers of a test or a
+/// benchmark are easy to find (`kubectl get ns -l <label>`).
+pub fn labelled_namespace(name: &str, label: &str) -> Namespace {
+    Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([(label.to_string(), "true".to_string())].into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
 }

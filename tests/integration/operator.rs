@@ -44,31 +44,28 @@ impl Drop for Fixture {
     fn drop(&mut self) {
         let ns = self.ns.clone();
         crate::support::cleanup_in_drop(self.kubeconfig.clone(), |client| async move {
-            let unfinalize = json!({"metadata": {"finalizers": null}});
-            let pp = PatchParams::default();
-            let tasks: Api<Task> = Api::namespaced(client.clone(), &ns);
-            for t in tasks
-                .list(&ListParams::default())
-                .await
-                .map(|l| l.items)
-                .unwrap_or_default()
-            {
-                let _ = tasks
-                    .patch(&t.name_any(), &pp, &Patch::Merge(&unfinalize))
-                    .await;
-            }
-            let envs: Api<Environment> = Api::namespaced(client, &ns);
-            for e in envs
-                .list(&ListParams::default())
-                .await
-                .map(|l| l.items)
-                .unwrap_or_default()
-            {
-                let _ = envs
-                    .patch(&e.name_any(), &pp, &Patch::Merge(&unfinalize))
-                    .await;
-            }
+            unfinalize_all(Api::<Task>::namespaced(client.clone(), &ns)).await;
+            unfinalize_all(Api::<Environment>::namespaced(client, &ns)).await;
         });
+    }
+}
+
+/// Removes the finalizers of every object of `api` (best effort: cleanup must not fail).
+async fn unfinalize_all<K>(api: Api<K>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let unfinalize = json!({"metadata": {"finalizers": null}});
+    let pp = PatchParams::default();
+    let items = api
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    for o in items {
+        let _ = api
+            .patch(&o.name_any(), &pp, &Patch::Merge(&unfinalize))
+            .await;
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use envbridge::dev::ClusterInfo;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use tokio::sync::OnceCell;
 
@@ -79,14 +79,7 @@ impl TestNamespace {
             .collect();
         let name = format!("{}-{}", prefix.trim_matches('-'), random_suffix());
         let api: Api<Namespace> = Api::all(client.clone());
-        let ns = Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                labels: Some([("envbridge.dev/test".to_string(), "true".to_string())].into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let ns = envbridge::dev::fixtures::labelled_namespace(&name, "envbridge.dev/test");
         api.create(&PostParams::default(), &ns)
             .await
             .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
