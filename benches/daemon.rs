@@ -70,16 +70,16 @@ fn task_refs(env: &str, nodes: usize, per_node: usize) -> Vec<TaskRef> {
                 env: vec![
                     EnvVar {
                         name: "O2_ROLE".into(),
-                        value: node.clone(),
+                        value: node.as_str().into(),
                     },
                     EnvVar {
                         name: "OCC_CONTROL_PORT".into(),
-                        value: port.to_string(),
+                        value: port.to_string().into(),
                     },
                 ],
                 args: vec![
                     "--id".into(),
-                    format!("{node}-t{i}"),
+                    format!("{node}-t{i}").into(),
                     "--severity".into(),
                     "info".into(),
                 ],

@@ -318,7 +318,7 @@ fn task_refs(env: &str, nodes: usize, per_node: usize) -> Vec<TaskRef> {
                 env: vec![
                     EnvVar {
                         name: "O2_ROLE".into(),
-                        value: host.clone(),
+                        value: host.as_str().into(),
                     },
                     EnvVar {
                         name: "O2_SYSTEM".into(),
@@ -335,12 +335,12 @@ fn task_refs(env: &str, nodes: usize, per_node: usize) -> Vec<TaskRef> {
                 ],
                 channels: BTreeMap::from([
                     (
-                        format!("chans.{class}.0.address"),
-                        format!("ipc://@{env}-{host}-{i}"),
+                        format!("chans.{class}.0.address").into(),
+                        format!("ipc://@{env}-{host}-{i}").into(),
                     ),
-                    (format!("chans.{class}.0.method"), "bind".into()),
-                    (format!("chans.{class}.0.transport"), "shmem".into()),
-                    (format!("chans.{class}.numSockets"), "1".into()),
+                    (format!("chans.{class}.0.method").into(), "bind".into()),
+                    (format!("chans.{class}.0.transport").into(), "shmem".into()),
+                    (format!("chans.{class}.numSockets").into(), "1".into()),
                 ]),
                 ..Default::default()
             });

@@ -122,11 +122,7 @@ fn corpus_resources_cleanup_renders_with_a_site_profile() {
         !roc.needs_host_namespaces(),
         "no channels: no host namespaces needed"
     );
-    let env: Vec<(&str, &str)> = roc
-        .env
-        .iter()
-        .map(|e| (e.name.as_str(), e.value.as_str()))
-        .collect();
+    let env: Vec<(&str, &str)> = roc.env.iter().map(|e| (&*e.name, &*e.value)).collect();
     assert_eq!(
         env,
         [
@@ -159,7 +155,7 @@ fn golden_readout_dataflow_3_hosts() {
     let addr = &ro.channels["chans.readout.0.address"];
     assert!(addr.starts_with("ipc://@eb-"), "{addr}");
     assert_eq!(&stfb.channels["chans.readout.0.address"], addr);
-    assert_eq!(stfb.channels["chans.readout.0.method"], "connect");
+    assert_eq!(&*stfb.channels["chans.readout.0.method"], "connect");
     assert_eq!(
         stfs.channels["chans.buildertosender.0.address"],
         stfb.channels["chans.buildertosender.0.address"]
@@ -169,10 +165,10 @@ fn golden_readout_dataflow_3_hosts() {
             .iter()
             .any(|a| a.starts_with("--discovery-id=stfs-flp002-"))
     );
-    assert!(
-        stfb.args
-            .ends_with(&["--control-port".to_string(), stfb.control_port.to_string()])
-    );
+    assert!(stfb.args.ends_with(&[
+        "--control-port".into(),
+        stfb.control_port.to_string().into()
+    ]));
 
     let tasks = plan::tasks_json(r.tasks());
     let objects = yaml_stream(&r);
@@ -979,8 +975,8 @@ fn class_values_are_shared_only_where_no_role_redefines_what_they_read() {
         .map(|t| {
             (
                 t.path.clone(),
-                t.args.clone(),
-                t.channels["chans.out.0.sndBufSize"].clone(),
+                t.args.iter().map(|a| a.to_string()).collect(),
+                t.channels["chans.out.0.sndBufSize"].to_string(),
             )
         })
         .collect();
@@ -1034,5 +1030,5 @@ fn a_global_alias_connects_both_ends() {
     let bound = &t[0].channels["chans.out.0.address"];
     assert!(bound.starts_with("ipc://@eb-"), "{bound}");
     assert_eq!(&t[1].channels["chans.in.0.address"], bound);
-    assert_eq!(t[1].channels["chans.in.0.method"], "connect");
+    assert_eq!(&*t[1].channels["chans.in.0.method"], "connect");
 }

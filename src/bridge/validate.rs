@@ -80,7 +80,7 @@ pub fn template_problems(
             }
             continue;
         };
-        let have: BTreeSet<&str> = t.env.iter().map(|e| e.name.as_str()).collect();
+        let have: BTreeSet<&str> = t.env.iter().map(|e| &*e.name).collect();
         let missing: Vec<&str> = tt
             .required_env
             .iter()
@@ -96,11 +96,9 @@ pub fn template_problems(
                 missing.join(", ")
             ));
         }
-        let ipc = t.channels.iter().any(|(k, v)| {
-            (k.ends_with(".address") && v.starts_with("ipc://"))
-                || (k.ends_with(".transport") && v == "shmem")
-        });
-        if ipc && !(tt.pod.host_network == Some(true) && tt.pod.host_ipc == Some(true)) {
+        if t.needs_host_namespaces()
+            && !(tt.pod.host_network == Some(true) && tt.pod.host_ipc == Some(true))
+        {
             p.push(format!(
                 "task {} ({}): IPC/shmem channels need hostNetwork and hostIPC, TaskTemplate {} lacks them",
                 t.name, t.path, t.template
@@ -147,7 +145,7 @@ mod tests {
             env: env
                 .iter()
                 .map(|n| EnvVar {
-                    name: n.to_string(),
+                    name: (*n).into(),
                     value: "1".into(),
                 })
                 .collect(),

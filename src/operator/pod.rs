@@ -149,7 +149,7 @@ fn merged_env(template_env: Vec<EnvVar>, tref: &TaskRef, s: &PodSettings) -> Vec
         upsert(var);
     }
     for var in &tref.env {
-        upsert(plain(&var.name, var.value.clone()));
+        upsert(plain(&var.name, var.value.to_string()));
     }
     let user = tref.user.clone().unwrap_or_else(|| s.default_user.clone());
     let home = format!("{}/{}", s.home_base.trim_end_matches('/'), user);
@@ -186,7 +186,7 @@ fn command_line(
     } else {
         Vec::new()
     };
-    args.extend(tref.args.iter().cloned());
+    args.extend(tref.args.iter().map(|a| a.to_string()));
     if tref.control_mode == ControlMode::Fairmq {
         args.extend(fairmq_launch_args(
             &tref.id,
@@ -252,11 +252,7 @@ fn shell_quote(s: &str) -> String {
 /// IPC (abstract sockets live in the network namespace) and shmem (the IPC namespace) channels
 /// need a pod sharing the node's namespaces.
 fn check_ipc(tref: &TaskRef, template: &str, pod: &PodSpec) -> Result<(), PodError> {
-    let needs = tref.channels.iter().find(|(k, v)| {
-        (k.ends_with(".address") && v.starts_with("ipc://"))
-            || (k.ends_with(".transport") && v.as_str() == "shmem")
-    });
-    let Some((key, value)) = needs else {
+    let Some((key, value)) = tref.host_namespace_channel() else {
         return Ok(());
     };
     let mut missing = Vec::new();
@@ -271,8 +267,8 @@ fn check_ipc(tref: &TaskRef, template: &str, pod: &PodSpec) -> Result<(), PodErr
     }
     Err(PodError::IpcNeedsHost {
         template: template.to_string(),
-        key: key.clone(),
-        value: value.clone(),
+        key: key.to_string(),
+        value: value.to_string(),
         missing: missing.join(" and "),
     })
 }

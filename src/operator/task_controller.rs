@@ -477,7 +477,7 @@ async fn transition(
                 .task
                 .channels
                 .iter()
-                .map(|(k, v)| (k.clone(), v.clone())),
+                .map(|(k, v)| (k.to_string(), v.to_string())),
         );
     }
     for (k, v) in &req.arguments {

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
 use super::names;
 use super::ports::PortBook;
@@ -14,14 +15,58 @@ use super::resolve::{EvalChannel, ResolvedTask};
 use crate::workflow::error::{Error, Loc, Result};
 use crate::workflow::model::FastMap;
 
-const DEFAULT_BUF: &str = "1000";
-/// Transition arguments per channel (see [`channel_keys`]).
-const KEYS_PER_CHANNEL: usize = 8;
+/// The key suffixes of a channel's transition arguments, in their sorted order.
+const SUFFIXES: [&str; 8] = [
+    ".0.address",
+    ".0.method",
+    ".0.rateLogging",
+    ".0.rcvBufSize",
+    ".0.sndBufSize",
+    ".0.transport",
+    ".0.type",
+    ".numSockets",
+];
+
+/// A task's channel arguments as (key, value) pairs.
+pub type ChannelArgs = BTreeMap<Arc<str>, Arc<str>>;
 
 struct Bound<'a> {
     task: &'a ResolvedTask,
     chan: &'a EvalChannel,
-    connect_address: String,
+    connect_address: Arc<str>,
+}
+
+/// The strings every channel end repeats, made once per render: the keys of each channel
+/// name, and the constant values.
+struct Strings {
+    keys: FastMap<Arc<str>, [Arc<str>; 8]>,
+    one: Arc<str>,
+    bind: Arc<str>,
+    connect: Arc<str>,
+    default: Arc<str>,
+    buf: Arc<str>,
+    zero: Arc<str>,
+}
+
+impl Strings {
+    fn new() -> Self {
+        Strings {
+            keys: FastMap::default(),
+            one: Arc::from("1"),
+            bind: Arc::from("bind"),
+            connect: Arc::from("connect"),
+            default: Arc::from("default"),
+            buf: Arc::from("1000"),
+            zero: Arc::from("0"),
+        }
+    }
+
+    /// `chans.<name><suffix>` for every suffix.
+    fn keys(&mut self, name: &Arc<str>) -> &[Arc<str>; 8] {
+        self.keys
+            .entry(name.clone())
+            .or_insert_with(|| SUFFIXES.map(|suffix| Arc::from(["chans.", name, suffix].concat())))
+    }
 }
 
 /// FairMQ channel arguments per task (same order as `tasks`).
@@ -30,16 +75,17 @@ pub fn wire(
     tasks: &[ResolvedTask],
     book: &mut PortBook,
     tcp_ports: &RangeInclusive<u16>,
-) -> Result<Vec<BTreeMap<String, String>>> {
+) -> Result<Vec<ChannelArgs>> {
     // By (role path, channel name): what a target `<role path>:<channel>` names (neither part
     // can hold a `:`).
     let mut bound: FastMap<(&str, &str), Bound> = FastMap::default();
-    let mut aliases: FastMap<String, (String, Loc)> = FastMap::default();
+    let mut aliases: FastMap<Arc<str>, (String, Loc)> = FastMap::default();
+    let mut strings = Strings::new();
     // Collected as lists and sorted once per task at the end (a BTreeMap built from a list
     // is one sort and a bulk load, not an ordered insert per key).
-    let mut out: Vec<Vec<(String, String)>> = tasks
+    let mut out: Vec<Vec<(Arc<str>, Arc<str>)>> = tasks
         .iter()
-        .map(|t| Vec::with_capacity(KEYS_PER_CHANNEL * (t.bind.len() + t.connect.len())))
+        .map(|t| Vec::with_capacity(SUFFIXES.len() * (t.bind.len() + t.connect.len())))
         .collect();
     for (i, t) in tasks.iter().enumerate() {
         for c in &t.bind {
@@ -58,11 +104,11 @@ pub fn wire(
                     )
                 })?;
                 (
-                    format!("tcp://*:{port}"),
-                    format!("tcp://{}:{port}", t.node),
+                    Arc::from(format!("tcp://*:{port}")),
+                    Arc::from(format!("tcp://{}:{port}", t.node)),
                 )
             } else {
-                let a = names::ipc_address(env_id, &t.path, &c.name);
+                let a: Arc<str> = Arc::from(names::ipc_address(env_id, &t.path, &c.name));
                 (a.clone(), a)
             };
             if let Some(g) = &c.global {
@@ -79,15 +125,18 @@ pub fn wire(
                 }
                 aliases.insert(g.clone(), (key, c.loc.clone()));
             }
+            let method = strings.bind.clone();
+            let transport = c.transport.clone();
             channel_keys(
                 &mut out[i],
+                &mut strings,
                 c,
-                "bind",
-                &bind_address,
-                c.transport.as_deref(),
+                method,
+                bind_address,
+                transport,
             );
             bound.insert(
-                (t.path.as_str(), c.name.as_str()),
+                (t.path.as_str(), &*c.name),
                 Bound {
                     task: t,
                     chan: c,
@@ -148,49 +197,38 @@ pub fn wire(
                     ),
                 ));
             }
-            let transport = c.transport.as_deref().or(b.chan.transport.as_deref());
-            channel_keys(&mut out[i], c, "connect", &b.connect_address, transport);
+            let method = strings.connect.clone();
+            let transport = c.transport.clone().or_else(|| b.chan.transport.clone());
+            let address = b.connect_address.clone();
+            channel_keys(&mut out[i], &mut strings, c, method, address, transport);
         }
     }
     // A later key replaces an earlier one, as an insert would (connect after bind).
     Ok(out.into_iter().map(BTreeMap::from_iter).collect())
 }
 
+/// The 8 transition arguments of channel `c`, in [`SUFFIXES`] order.
 fn channel_keys(
-    out: &mut Vec<(String, String)>,
+    out: &mut Vec<(Arc<str>, Arc<str>)>,
+    strings: &mut Strings,
     c: &EvalChannel,
-    method: &str,
-    address: &str,
-    transport: Option<&str>,
+    method: Arc<str>,
+    address: Arc<str>,
+    transport: Option<Arc<str>>,
 ) {
-    // `chans.<name><suffix>`, built without the formatting machinery (8 keys per channel).
-    let key = |suffix: &str| {
-        let mut k = String::with_capacity(6 + c.name.len() + suffix.len());
-        k.push_str("chans.");
-        k.push_str(&c.name);
-        k.push_str(suffix);
-        k
-    };
-    let value = |v: Option<&String>, default: &str| v.map_or(default, |s| s.as_str()).to_string();
-    out.extend([
-        (key(".numSockets"), "1".to_string()),
-        (key(".0.address"), address.to_string()),
-        (key(".0.method"), method.to_string()),
-        (key(".0.type"), c.r#type.clone()),
-        (
-            key(".0.transport"),
-            transport.unwrap_or("default").to_string(),
-        ),
-        (
-            key(".0.sndBufSize"),
-            value(c.snd_buf_size.as_ref(), DEFAULT_BUF),
-        ),
-        (
-            key(".0.rcvBufSize"),
-            value(c.rcv_buf_size.as_ref(), DEFAULT_BUF),
-        ),
-        (key(".0.rateLogging"), value(c.rate_logging.as_ref(), "0")),
-    ]);
+    let or = |v: &Option<Arc<str>>, default: &Arc<str>| v.as_ref().unwrap_or(default).clone();
+    let values = [
+        address,
+        method,
+        or(&c.rate_logging, &strings.zero),
+        or(&c.rcv_buf_size, &strings.buf),
+        or(&c.snd_buf_size, &strings.buf),
+        transport.unwrap_or_else(|| strings.default.clone()),
+        c.r#type.clone(),
+        strings.one.clone(),
+    ];
+    let keys = strings.keys(&c.name);
+    out.extend(keys.iter().cloned().zip(values));
 }
 
 /// Socket types that can talk: push-pull, pub-sub, req-rep, pair-pair.

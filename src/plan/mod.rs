@@ -34,6 +34,8 @@ use std::sync::Arc;
 
 use foldhash::fast::FixedState;
 
+use crate::workflow::model::FastMap;
+
 pub use objects::Rendered;
 pub use task_ref::{ControlMode, EnvVar, TaskRef};
 pub use view::{TaskView, tasks_json};
@@ -179,11 +181,12 @@ pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
 
     let mut tasks = Vec::with_capacity(resolved.len());
     let mut locs = Vec::with_capacity(resolved.len());
+    let mut strings = TaskStrings::new(&req.system);
     for ((t, port), channels) in resolved.into_iter().zip(control).zip(chans) {
         let name = names::task_name(&env_id, &t.path, &t.class, &t.node);
         let id = names::task_id(&env_id, &t.path);
         locs.push(t.loc.clone());
-        tasks.push(task_ref(t, port, channels, name, id, &req.system));
+        tasks.push(task_ref(t, port, channels, name, id, &mut strings));
     }
     // Names and ids are checked once all are made (borrowed, not copied); the first task
     // whose name or id is taken is reported, as before.
@@ -212,36 +215,85 @@ pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
     })
 }
 
+/// The strings [`task_ref`] adds to every task, made once per render: env names, FairMQ
+/// arguments, `O2_SYSTEM`, port numbers, and the node of the previous task (tasks come
+/// sorted by node).
+struct TaskStrings {
+    o2_role: Arc<str>,
+    o2_system: Arc<str>,
+    occ_control_port: Arc<str>,
+    system: Arc<str>,
+    /// `--id`, `-S`, `-P`, `OCClite`, `--color`, `false`, `--control-port`.
+    fairmq: [Arc<str>; 7],
+    default_plugin: Arc<str>,
+    ports: FastMap<u16, Arc<str>>,
+    node: Option<Arc<str>>,
+}
+
+impl TaskStrings {
+    fn new(system: &str) -> Self {
+        TaskStrings {
+            o2_role: Arc::from("O2_ROLE"),
+            o2_system: Arc::from("O2_SYSTEM"),
+            occ_control_port: Arc::from("OCC_CONTROL_PORT"),
+            system: Arc::from(system),
+            fairmq: [
+                "--id",
+                "-S",
+                "-P",
+                "OCClite",
+                "--color",
+                "false",
+                "--control-port",
+            ]
+            .map(Arc::from),
+            default_plugin: Arc::from("$(CONTROL_OCCPLUGIN_ROOT)/lib/"),
+            ports: FastMap::default(),
+            node: None,
+        }
+    }
+
+    fn port(&mut self, port: u16) -> Arc<str> {
+        self.ports
+            .entry(port)
+            .or_insert_with(|| Arc::from(port.to_string()))
+            .clone()
+    }
+
+    fn node(&mut self, node: &str) -> Arc<str> {
+        match &self.node {
+            Some(n) if &**n == node => n.clone(),
+            _ => self.node.insert(Arc::from(node)).clone(),
+        }
+    }
+}
+
 fn task_ref(
     t: resolve::ResolvedTask,
     port: u16,
-    channels: BTreeMap<String, String>,
+    channels: channels::ChannelArgs,
     name: String,
     id: String,
-    system: &str,
+    strings: &mut TaskStrings,
 ) -> TaskRef {
-    let mut env: Vec<EnvVar> = t
-        .env
-        .into_iter()
-        .map(|(name, value)| EnvVar { name, value })
-        .collect();
-    let has = |env: &[EnvVar], n: &str| env.iter().any(|e| e.name == n);
+    let mut env = t.env;
+    let has = |env: &[EnvVar], n: &str| env.iter().any(|e| &*e.name == n);
     if !has(&env, "O2_ROLE") {
         env.push(EnvVar {
-            name: "O2_ROLE".into(),
-            value: t.node.clone(),
+            name: strings.o2_role.clone(),
+            value: strings.node(&t.node),
         });
     }
     if !has(&env, "O2_SYSTEM") {
         env.push(EnvVar {
-            name: "O2_SYSTEM".into(),
-            value: system.to_string(),
+            name: strings.o2_system.clone(),
+            value: strings.system.clone(),
         });
     }
-    env.retain(|e| e.name != "OCC_CONTROL_PORT");
-    let port_text = port.to_string();
+    env.retain(|e| &*e.name != "OCC_CONTROL_PORT");
+    let port_text = strings.port(port);
     env.push(EnvVar {
-        name: "OCC_CONTROL_PORT".into(),
+        name: strings.occ_control_port.clone(),
         value: port_text.clone(),
     });
     let mut args = t.args;
@@ -249,21 +301,20 @@ fn task_ref(
         // What the anchor adds to FairMQ devices: id, OCC plugin, control port.
         let plugin = t
             .occ_plugin_dir
-            .unwrap_or_else(|| "$(CONTROL_OCCPLUGIN_ROOT)/lib/".to_string());
-        for a in [
-            "--id",
-            &id,
-            "-S",
-            &plugin,
-            "-P",
-            "OCClite",
-            "--color",
-            "false",
-            "--control-port",
-            &port_text,
-        ] {
-            args.push(a.to_string());
-        }
+            .unwrap_or_else(|| strings.default_plugin.clone());
+        let [id_flag, s, p, occlite, color, no, control_port] = strings.fairmq.clone();
+        args.extend([
+            id_flag,
+            Arc::from(id.as_str()),
+            s,
+            plugin,
+            p,
+            occlite,
+            color,
+            no,
+            control_port,
+            port_text,
+        ]);
     }
     TaskRef {
         name,

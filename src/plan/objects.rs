@@ -222,7 +222,7 @@ mod tests {
                     name: format!("t-{n}-{k}"),
                     node: format!("node{n:03}"),
                     path: format!("w.host-{n}.t{k}"),
-                    args: vec!["x".repeat(40 * ((n * 7 + k * 13) % 11))],
+                    args: vec!["x".repeat(40 * ((n * 7 + k * 13) % 11)).into()],
                     ..TaskRef::default()
                 });
             }

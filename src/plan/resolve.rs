@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::ControlMode;
 use super::reuse::{Own, Reuse, own_names};
+use super::{ControlMode, EnvVar};
 use crate::workflow::error::{Error, Loc, Result};
 use crate::workflow::expand::{Expanded, Frame, TaskInstance};
 use crate::workflow::expr::{Engine, is_falsy};
@@ -12,19 +12,19 @@ use crate::workflow::model::{Channel, Constraint};
 use crate::workflow::scope::Scope;
 use crate::workflow::template::Template;
 
-/// A channel with its fields evaluated.
+/// A channel with its fields evaluated (shared strings: most are a class's values).
 #[derive(Clone, Debug)]
 pub struct EvalChannel {
     pub loc: Loc,
-    pub name: String,
-    pub r#type: String,
-    pub transport: Option<String>,
+    pub name: Arc<str>,
+    pub r#type: Arc<str>,
+    pub transport: Option<Arc<str>>,
     pub tcp: bool,
-    pub snd_buf_size: Option<String>,
-    pub rcv_buf_size: Option<String>,
-    pub rate_logging: Option<String>,
-    pub target: Option<(String, Loc)>,
-    pub global: Option<String>,
+    pub snd_buf_size: Option<Arc<str>>,
+    pub rcv_buf_size: Option<Arc<str>>,
+    pub rate_logging: Option<Arc<str>>,
+    pub target: Option<(Arc<str>, Loc)>,
+    pub global: Option<Arc<str>>,
 }
 
 /// A task with every field evaluated, before ports and endpoints are assigned.
@@ -40,9 +40,9 @@ pub struct ResolvedTask {
     pub command: String,
     pub shell: bool,
     pub user: Option<String>,
-    pub env: Vec<(String, String)>,
-    pub args: Vec<String>,
-    pub occ_plugin_dir: Option<String>,
+    pub env: Vec<EnvVar>,
+    pub args: Vec<Arc<str>>,
+    pub occ_plugin_dir: Option<Arc<str>>,
     pub bind: Vec<Arc<EvalChannel>>,
     pub connect: Vec<Arc<EvalChannel>>,
     pub trigger: Option<String>,
@@ -76,9 +76,20 @@ impl TaskEval<'_, '_, '_> {
         if tmpl.as_literal().is_none()
             && let Some(v) = self.reuse.get(self.t, &self.own, tmpl, at)
         {
-            return Ok(v);
+            return Ok(String::from(&*v));
         }
         self.scope.eval(tmpl, at)
+    }
+
+    /// [`TaskEval::eval`] as a shared string: the class's value itself, not a copy of it.
+    fn eval_arc(&self, tmpl: &Template, at: &Arc<str>) -> Result<Arc<str>> {
+        if let Some(lit) = tmpl.as_shared_literal() {
+            return Ok(lit.clone());
+        }
+        if let Some(v) = self.reuse.get(self.t, &self.own, tmpl, at) {
+            return Ok(v);
+        }
+        self.scope.eval_arc(tmpl, at)
     }
 }
 
@@ -183,25 +194,14 @@ fn resolve_fields(task: &TaskEval, t: &TaskInstance, node: String) -> Result<Res
 
     let mut env = Vec::with_capacity(class.command.env.len() + 3);
     for e in &class.command.env {
-        let text = ev(e)?;
-        let Some((name, value)) = text.split_once('=') else {
-            return Err(Error::new(
-                &e.loc,
-                format!("env entry `{text}` is not NAME=VALUE"),
-            ));
-        };
-        let name = name.trim();
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(Error::new(
-                &e.loc,
-                format!("`{name}` is not an environment variable name"),
-            ));
-        }
-        env.push((name.to_string(), value.to_string()));
+        env.push(match task.reuse.env(t, &task.own, e, path) {
+            Some(var) => var,
+            None => env_entry(&scope.eval(e, path)?, &e.loc)?,
+        });
     }
     let mut args = Vec::with_capacity(class.command.arguments.len() + 10);
     for a in &class.command.arguments {
-        let v = ev(a)?;
+        let v = task.eval_arc(a, path)?;
         if !v.trim().is_empty() {
             args.push(v);
         }
@@ -252,7 +252,7 @@ fn resolve_fields(task: &TaskEval, t: &TaskInstance, node: String) -> Result<Res
         user,
         env,
         args,
-        occ_plugin_dir: scope.var("occ_plugin_dir")?.map(|v| String::from(&*v)),
+        occ_plugin_dir: scope.var("occ_plugin_dir")?,
         bind,
         connect,
         trigger: opt(&t.spec.trigger)?.filter(|s| !s.is_empty()),
@@ -276,7 +276,7 @@ fn channels(
     for c in class.iter().chain(role) {
         let ch = match task.reuse.channel(task.t, &task.own, c, path, outbound) {
             Some(ch) => ch,
-            None => Arc::new(eval_channel(&|t| task.eval(t, path), c, outbound)?),
+            None => Arc::new(eval_channel(&|t| task.eval_arc(t, path), c, outbound)?),
         };
         evaluated.push(ch);
     }
@@ -286,13 +286,34 @@ fn channels(
     Ok(out.into_values().collect())
 }
 
+/// One `command.env` entry, `NAME=VALUE`, evaluated to `text` from the template at `loc`.
+pub fn env_entry(text: &str, loc: &Loc) -> Result<EnvVar> {
+    let Some((name, value)) = text.split_once('=') else {
+        return Err(Error::new(
+            loc,
+            format!("env entry `{text}` is not NAME=VALUE"),
+        ));
+    };
+    let name = name.trim();
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(Error::new(
+            loc,
+            format!("`{name}` is not an environment variable name"),
+        ));
+    }
+    Ok(EnvVar {
+        name: Arc::from(name),
+        value: Arc::from(value),
+    })
+}
+
 /// One channel's fields, evaluated by `ev`.
 pub fn eval_channel(
-    ev: &dyn Fn(&Template) -> Result<String>,
+    ev: &dyn Fn(&Template) -> Result<Arc<str>>,
     c: &Channel,
     outbound: bool,
 ) -> Result<EvalChannel> {
-    let opt = |t: &Option<Template>| -> Result<Option<String>> {
+    let opt = |t: &Option<Template>| -> Result<Option<Arc<str>>> {
         Ok(t.as_ref()
             .map(ev)
             .transpose()?
@@ -319,7 +340,7 @@ pub fn eval_channel(
         }
     };
     if !matches!(
-        r#type.as_str(),
+        &*r#type,
         "push" | "pull" | "pub" | "sub" | "req" | "rep" | "pair"
     ) {
         return Err(Error::new(
@@ -327,8 +348,8 @@ pub fn eval_channel(
             format!("channel `{name}` has unknown type `{type}`", type = r#type),
         ));
     }
-    let addressing = opt(&c.addressing)?.unwrap_or_else(|| "tcp".to_string());
-    let tcp = match addressing.as_str() {
+    let addressing = opt(&c.addressing)?;
+    let tcp = match addressing.as_deref().unwrap_or("tcp") {
         "tcp" => true,
         "ipc" => false,
         other => {

@@ -11,7 +11,8 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use super::resolve::{EvalChannel, eval_channel};
+use super::EnvVar;
+use super::resolve::{EvalChannel, env_entry, eval_channel};
 use crate::workflow::error::Result;
 use crate::workflow::expand::{Expanded, Frame, TaskInstance, cascade};
 use crate::workflow::expr::Engine;
@@ -50,6 +51,7 @@ pub struct Reuse<'x, 'e> {
     engine: &'e Engine,
     x: &'x Expanded,
     values: Cache<Arc<str>>,
+    envs: Cache<EnvVar>,
     channels: Cache<Arc<EvalChannel>>,
 }
 
@@ -59,6 +61,7 @@ impl<'x, 'e> Reuse<'x, 'e> {
             engine,
             x,
             values: RefCell::default(),
+            envs: RefCell::default(),
             channels: RefCell::default(),
         }
     }
@@ -70,13 +73,24 @@ impl<'x, 'e> Reuse<'x, 'e> {
         own: &Own,
         tmpl: &Template,
         at: &Arc<str>,
-    ) -> Option<String> {
+    ) -> Option<Arc<str>> {
         let what = Arc::as_ptr(&tmpl.parts).cast::<u8>() as usize;
-        self.shared(&self.values, t, own, what, |scope| {
-            scope.eval(tmpl, at).map(Arc::from)
+        self.shared(&self.values, t, own, what, |scope| scope.eval_arc(tmpl, at))
+    }
+
+    /// The `command.env` entry `tmpl` of task `t`, split into name and value, when shared
+    /// (an entry that is no `NAME=VALUE` is not: the task reports it).
+    pub fn env(
+        &self,
+        t: &TaskInstance,
+        own: &Own,
+        tmpl: &Template,
+        at: &Arc<str>,
+    ) -> Option<EnvVar> {
+        let what = Arc::as_ptr(&tmpl.parts).cast::<u8>() as usize;
+        self.shared(&self.envs, t, own, what, |scope| {
+            env_entry(&scope.eval(tmpl, at)?, &tmpl.loc)
         })
-        // `String::from`, not `to_string`: the latter formats an `Arc<str>` through `Display`.
-        .map(|v| String::from(&*v))
     }
 
     /// Channel `c` (written at `at`) of task `t`, when every field of it is shared.
@@ -92,7 +106,7 @@ impl<'x, 'e> Reuse<'x, 'e> {
         // tells them apart.
         let what = std::ptr::from_ref(c) as usize;
         self.shared(&self.channels, t, own, what, |scope| {
-            eval_channel(&|tmpl| scope.eval(tmpl, at), c, outbound).map(Arc::new)
+            eval_channel(&|tmpl| scope.eval_arc(tmpl, at), c, outbound).map(Arc::new)
         })
     }
 

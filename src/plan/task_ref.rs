@@ -4,6 +4,7 @@
 //! (which turns it into a Task object and a Pod). Plain data, no Kubernetes types.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -27,11 +28,15 @@ pub enum ControlMode {
     Hook,
 }
 
+// Strings that many tasks hold alike (env, arguments, channel keys and values) are shared
+// (`Arc<str>`): a class's value is made once per render, not once per task. (Plain comment:
+// doc comments become the CRD's descriptions.)
+
 /// One environment variable, as Kubernetes and the `-o tasks` view spell it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub struct EnvVar {
-    pub name: String,
-    pub value: String,
+    pub name: Arc<str>,
+    pub value: Arc<str>,
 }
 
 /// One task of an environment, fully resolved.
@@ -62,10 +67,10 @@ pub struct TaskRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     pub env: Vec<EnvVar>,
-    pub args: Vec<String>,
+    pub args: Vec<Arc<str>>,
     /// Transition arguments for the channels, FairMQ key form (`chans.<name>.0.address`, ...).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub channels: BTreeMap<String, String>,
+    pub channels: BTreeMap<Arc<str>, Arc<str>>,
     /// Hook tasks: the transition that runs them (e.g. `before_CONFIGURE`), and the one that awaits them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<String>,
@@ -81,9 +86,17 @@ impl TaskRef {
     /// the node's network and IPC namespaces: the deploy step rejects such a task whose
     /// TaskTemplate lacks `hostNetwork`/`hostIPC`.
     pub fn needs_host_namespaces(&self) -> bool {
-        self.channels.iter().any(|(k, v)| {
-            (k.ends_with(".address") && v.starts_with("ipc://"))
-                || (k.ends_with(".transport") && v == "shmem")
-        })
+        self.host_namespace_channel().is_some()
+    }
+
+    /// The first channel argument (key, value) that needs the node's namespaces.
+    pub fn host_namespace_channel(&self) -> Option<(&str, &str)> {
+        self.channels
+            .iter()
+            .map(|(k, v)| (&**k, &**v))
+            .find(|(k, v)| {
+                (k.ends_with(".address") && v.starts_with("ipc://"))
+                    || (k.ends_with(".transport") && *v == "shmem")
+            })
     }
 }

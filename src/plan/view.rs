@@ -1,6 +1,7 @@
 //! The `-o tasks` view: one flat, fully resolved record per task, whatever the storage format.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -15,9 +16,9 @@ pub struct TaskView<'a> {
     pub class: &'a str,
     pub name: &'a str,
     pub env: &'a [EnvVar],
-    pub args: &'a [String],
+    pub args: &'a [Arc<str>],
     pub control_port: u16,
-    pub channels: &'a BTreeMap<String, String>,
+    pub channels: &'a BTreeMap<Arc<str>, Arc<str>>,
 }
 
 impl<'a> From<&'a TaskRef> for TaskView<'a> {

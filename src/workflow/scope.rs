@@ -229,6 +229,15 @@ impl<'a> Scope<'a> {
         self.eval_in(tmpl, at, None)
     }
 
+    /// [`Scope::eval`] as a shared string: a literal is its text and `{{ name }}` is the
+    /// variable's value, neither copied (most arguments of a task are one or the other).
+    pub fn eval_arc(&self, tmpl: &Template, at: &Arc<str>) -> Result<Arc<str>> {
+        match tmpl.as_shared_literal() {
+            Some(lit) => Ok(lit.clone()),
+            None => self.eval_shared(tmpl, at, None),
+        }
+    }
+
     /// Evaluates a template written at the home role.
     pub fn eval_here(&self, tmpl: &Template) -> Result<String> {
         self.eval_in(tmpl, &self.home.clone(), None)

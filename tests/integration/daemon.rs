@@ -307,7 +307,7 @@ async fn invalid_requests_list_every_problem_and_write_nothing() {
     );
     let tasks = &mut objs.task_sets[0].spec.tasks;
     tasks[0].template = "no-such-template".into();
-    tasks[1].env.retain(|e| e.name != "OCC_CONTROL_PORT");
+    tasks[1].env.retain(|e| &*e.name != "OCC_CONTROL_PORT");
     tasks[4].name = "Bad_Name".into();
     let err = d
         .bridge

@@ -181,8 +181,8 @@ fn task_ref(env: &str, host: &str, class: &str, n: u16, mode: ControlMode) -> Ta
             "consul-ini://localhost:8500/x".into(),
         ],
         channels: BTreeMap::from([(
-            "chans.out.0.address".to_string(),
-            format!("ipc://@{env}-{host}-{n}"),
+            "chans.out.0.address".into(),
+            format!("ipc://@{env}-{host}-{n}").into(),
         )]),
         ..Default::default()
     }

@@ -121,11 +121,14 @@ fn task(
             },
             EnvVar {
                 name: "OCC_CONTROL_PORT".into(),
-                value: port.to_string(),
+                value: port.to_string().into(),
             },
         ],
         args: vec![],
-        channels,
+        channels: channels
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect(),
         ..TaskRef::default()
     }
 }
