@@ -78,7 +78,9 @@ pub fn wire(
 ) -> Result<Vec<ChannelArgs>> {
     // By (role path, channel name): what a target `<role path>:<channel>` names (neither part
     // can hold a `:`).
-    let mut bound: FastMap<(&str, &str), Bound> = FastMap::default();
+    let binds = tasks.iter().map(|t| t.bind.len()).sum();
+    let mut bound: FastMap<(&str, &str), Bound> =
+        FastMap::with_capacity_and_hasher(binds, Default::default());
     let mut aliases: FastMap<Arc<str>, (String, Loc)> = FastMap::default();
     let mut strings = Strings::new();
     // Collected as lists and sorted once per task at the end (a BTreeMap built from a list

@@ -90,70 +90,19 @@ fn meta(name: &str, namespace: Option<&str>, env_name: &str) -> ObjectMeta {
     }
 }
 
+/// Below this many tasks everything is serialized on the calling thread (a thread costs more
+/// than it saves).
+const PARALLEL_MIN_TASKS: usize = 512;
+
 /// Splits the tasks into TaskSets of at most `budget` bytes of task JSON (a node's tasks stay
-/// together unless they alone exceed the budget) and builds the Environment.
+/// together unless they alone exceed the budget) and builds the Environment. The tasks come
+/// sorted by node ([`super::build`] sorts them).
 pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
     let env_name = plan.environment_name.clone();
-    // Each task is serialized once, a node at a time into a small reused buffer: its size
-    // decides the packing, and its bytes go on to the open set's JSON array (`[a,b,...]` is
-    // exactly what serde_json writes for the Vec), which is hashed when the set closes. Both
-    // buffers stay small and warm in cache; the environment's JSON is never held whole.
     let tasks = &plan.tasks;
-    let mut groups: Vec<(Range<usize>, String)> = Vec::new();
-    let mut node_json: Vec<u8> = Vec::with_capacity(64 * 1024);
-    let mut spans: Vec<Range<usize>> = Vec::new();
-    let mut set_json: Vec<u8> = Vec::with_capacity(budget + 64 * 1024);
-    set_json.push(b'[');
-    let (mut start, mut size) = (0usize, 0usize);
-    let mut close = |set_json: &mut Vec<u8>, range: Range<usize>| {
-        set_json.push(b']');
-        groups.push((range, json_digest(set_json)));
-        set_json.clear();
-        set_json.push(b'[');
-    };
-    let mut i = 0;
-    while i < tasks.len() {
-        let node = &tasks[i].node;
-        let end = tasks[i..]
-            .iter()
-            .position(|t| &t.node != node)
-            .map_or(tasks.len(), |p| i + p);
-        node_json.clear();
-        spans.clear();
-        for t in &tasks[i..end] {
-            let at = node_json.len();
-            if serde_json::to_writer(&mut node_json, t).is_err() {
-                node_json.truncate(at);
-            }
-            spans.push(at..node_json.len());
-        }
-        let node_size: usize = spans.iter().map(|r| r.len() + 1).sum();
-        if start < i && size + node_size > budget {
-            close(&mut set_json, start..i);
-            (start, size) = (i, 0);
-        }
-        for (k, r) in (i..end).zip(&spans) {
-            let s = r.len() + 1;
-            if start < k && size + s > budget {
-                close(&mut set_json, start..k);
-                (start, size) = (k, 0);
-            }
-            if start < k {
-                set_json.push(b',');
-            }
-            set_json.extend_from_slice(&node_json[r.clone()]);
-            size += s;
-        }
-        i = end;
-    }
-    if start < tasks.len() {
-        close(&mut set_json, start..tasks.len());
-    }
-    let nodes = tasks
-        .iter()
-        .map(|t| t.node.as_str())
-        .collect::<BTreeSet<_>>()
-        .len();
+    let runs: Vec<Range<usize>> = node_runs(tasks).collect();
+    let groups = pack(tasks, &runs, budget, PARALLEL_MIN_TASKS);
+    let nodes = runs.len();
     let total = tasks.len();
     // The tasks move into their sets in order (the groups are consecutive ranges).
     let mut moved = std::mem::take(&mut plan.tasks).into_iter();
@@ -208,6 +157,139 @@ pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize) -> Render
     }
 }
 
+/// The sets: each one's task range and the BLAKE3 of its JSON. `runs` are the tasks' node
+/// runs ([`node_runs`]); from `parallel_min` tasks on, a second thread helps.
+fn pack(
+    tasks: &[TaskRef],
+    runs: &[Range<usize>],
+    budget: usize,
+    parallel_min: usize,
+) -> Vec<(Range<usize>, String)> {
+    // Each task is serialized once: its size decides the packing, and its bytes go on to the
+    // open set's JSON array, hashed when the set closes. The first half of the nodes goes
+    // through a small reused buffer, a node at a time; meanwhile a second thread serializes
+    // the other half, which the packer then reads. The packing itself stays sequential, so
+    // the sets are the same whatever runs where.
+    let split = match runs.iter().find(|r| r.start >= tasks.len() / 2) {
+        Some(r) if tasks.len() >= parallel_min => r.start,
+        _ => tasks.len(),
+    };
+    let second_half = || {
+        let mut json = Vec::new();
+        let mut spans = Vec::with_capacity(tasks.len() - split);
+        serialize_into(&tasks[split..], &mut json, &mut spans);
+        (json, spans)
+    };
+    std::thread::scope(|scope| {
+        let mut later = (split < tasks.len()).then(|| scope.spawn(second_half));
+        let mut packer = Packer::new(budget);
+        let mut node_json: Vec<u8> = Vec::with_capacity(64 * 1024);
+        let mut spans: Vec<Range<usize>> = Vec::new();
+        let mut serialized = None;
+        for run in runs {
+            if run.start < split {
+                node_json.clear();
+                spans.clear();
+                serialize_into(&tasks[run.clone()], &mut node_json, &mut spans);
+                packer.node(run.start, &node_json, &spans);
+                continue;
+            }
+            if serialized.is_none() {
+                // The thread only serializes; should it ever fail, its part is done here.
+                let joined = later.take().and_then(|h| h.join().ok());
+                serialized = Some(joined.unwrap_or_else(second_half));
+            }
+            if let Some((json, spans)) = &serialized {
+                packer.node(run.start, json, &spans[run.start - split..run.end - split]);
+            }
+        }
+        packer.finish(tasks.len())
+    })
+}
+
+/// The index ranges of consecutive tasks on one node.
+fn node_runs(tasks: &[TaskRef]) -> impl Iterator<Item = Range<usize>> + '_ {
+    let mut at = 0;
+    tasks.chunk_by(|a, b| a.node == b.node).map(move |c| {
+        let run = at..at + c.len();
+        at = run.end;
+        run
+    })
+}
+
+/// Appends each task's JSON to `json`, and where it lies to `spans`.
+fn serialize_into(tasks: &[TaskRef], json: &mut Vec<u8>, spans: &mut Vec<Range<usize>>) {
+    for t in tasks {
+        let at = json.len();
+        if serde_json::to_writer(&mut *json, t).is_err() {
+            json.truncate(at);
+        }
+        spans.push(at..json.len());
+    }
+}
+
+/// Packs serialized tasks, node by node, into sets of at most `budget` bytes: a set closes
+/// before a node that does not fit, and inside a node only when the node alone exceeds the
+/// budget. Each set's bytes are `[a,b,...]`, exactly what serde_json writes for its tasks.
+struct Packer {
+    budget: usize,
+    /// Each set's task range and BLAKE3.
+    groups: Vec<(Range<usize>, String)>,
+    set_json: Vec<u8>,
+    start: usize,
+    size: usize,
+}
+
+impl Packer {
+    fn new(budget: usize) -> Self {
+        let mut set_json = Vec::with_capacity(budget + 64 * 1024);
+        set_json.push(b'[');
+        Packer {
+            budget,
+            groups: Vec::new(),
+            set_json,
+            start: 0,
+            size: 0,
+        }
+    }
+
+    /// The tasks of one node, the first at index `first`: their JSON is `json[span]` each.
+    fn node(&mut self, first: usize, json: &[u8], spans: &[Range<usize>]) {
+        let node_size: usize = spans.iter().map(|r| r.len() + 1).sum();
+        if self.start < first && self.size + node_size > self.budget {
+            self.close(first);
+        }
+        for (k, r) in (first..).zip(spans) {
+            let s = r.len() + 1;
+            if self.start < k && self.size + s > self.budget {
+                self.close(k);
+            }
+            if self.start < k {
+                self.set_json.push(b',');
+            }
+            self.set_json.extend_from_slice(&json[r.clone()]);
+            self.size += s;
+        }
+    }
+
+    /// Closes the open set before task `end`.
+    fn close(&mut self, end: usize) {
+        self.set_json.push(b']');
+        self.groups
+            .push((self.start..end, json_digest(&self.set_json)));
+        self.set_json.clear();
+        self.set_json.push(b'[');
+        (self.start, self.size) = (end, 0);
+    }
+
+    fn finish(mut self, total: usize) -> Vec<(Range<usize>, String)> {
+        if self.start < total {
+            self.close(total);
+        }
+        self.groups
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,6 +316,20 @@ mod tests {
             tasks,
             hooks: Vec::new(),
             ports: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_second_thread_changes_no_set() {
+        let p = plan(1_200);
+        let runs: Vec<Range<usize>> = node_runs(&p.tasks).collect();
+        assert_eq!(runs.len(), 1_200);
+        for budget in [1, 700, 4000, 64 * 1024, 1 << 20] {
+            let alone = pack(&p.tasks, &runs, budget, usize::MAX);
+            let helped = pack(&p.tasks, &runs, budget, 1);
+            assert_eq!(helped, alone, "budget {budget}");
+            let covered: usize = alone.iter().map(|(r, _)| r.len()).sum();
+            assert_eq!(covered, p.tasks.len(), "budget {budget}");
         }
     }
 

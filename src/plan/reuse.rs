@@ -16,7 +16,7 @@ use super::resolve::{EvalChannel, env_entry, eval_channel};
 use crate::workflow::error::Result;
 use crate::workflow::expand::{Expanded, Frame, TaskInstance, cascade};
 use crate::workflow::expr::Engine;
-use crate::workflow::model::{Channel, FastMap};
+use crate::workflow::model::{Channel, FastMap, name_bit};
 use crate::workflow::scope::{Builtins, Scope};
 use crate::workflow::template::Template;
 
@@ -34,13 +34,9 @@ pub struct Own<'a> {
     mask: u64,
 }
 
-/// One bit per name (a 64-bit Bloom filter): two sets whose masks share no bit share no name.
+/// [`name_bit`] of every name: two sets whose masks share no bit share no name.
 fn mask<'n>(names: impl IntoIterator<Item = &'n str>) -> u64 {
-    use std::hash::BuildHasher;
-    let h = foldhash::fast::FixedState::default();
-    names
-        .into_iter()
-        .fold(0, |m, n| m | 1u64 << (h.hash_one(n) & 63))
+    names.into_iter().fold(0, |m, n| m | name_bit(n))
 }
 
 /// By (class, what was evaluated): `None` when the value cannot be shared.
@@ -167,20 +163,17 @@ fn usable<T: Clone>(s: &Shared<T>, own: &Own) -> Option<T> {
 /// class).
 pub fn own_names<'a>(frames: &[&'a Frame]) -> Own<'a> {
     let mut out: Vec<&str> = Vec::new();
-    for f in frames {
-        for k in f
-            .defaults()
-            .iter()
-            .chain(f.vars())
-            .flat_map(|l| l.block.vars.keys())
-        {
+    let mut mask = 0;
+    for l in frames
+        .iter()
+        .flat_map(|f| f.defaults().iter().chain(f.vars()))
+    {
+        mask |= l.block.mask;
+        for k in l.block.vars.keys() {
             if !out.contains(&&**k) {
                 out.push(k);
             }
         }
     }
-    Own {
-        mask: mask(out.iter().copied()),
-        names: out,
-    }
+    Own { names: out, mask }
 }

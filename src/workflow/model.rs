@@ -10,17 +10,27 @@ use super::template::Template;
 /// every task, and SipHash's DoS resistance buys nothing on our own input files.
 pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 
+/// One bit per name (a 64-bit Bloom filter): a set of names whose mask lacks a name's bit
+/// does not hold that name. Settles most lookups in the cascade without hashing into a map.
+pub fn name_bit(name: &str) -> u64 {
+    use std::hash::BuildHasher;
+    1u64 << (foldhash::fast::FixedState::default().hash_one(name) & 63)
+}
+
 /// Variables written in one place (a class's `defaults`, a role's `vars`, a site profile...).
 /// Keyed by name; where names repeat, the later one wins.
 #[derive(Clone, Debug, Default)]
 pub struct VarBlock {
     /// Shared: blocks are referenced by every task's cascade, never copied.
     pub vars: Arc<FastMap<Arc<str>, Template>>,
+    /// [`name_bit`] of every name in `vars`.
+    pub mask: u64,
 }
 
 impl VarBlock {
     pub fn from_map(vars: HashMap<Arc<str>, Template>) -> Self {
         VarBlock {
+            mask: vars.keys().fold(0, |m, k| m | name_bit(k)),
             vars: Arc::new(vars.into_iter().collect()),
         }
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::error::{Error, Result};
 use super::expr::{CallSite, Engine, Lookup, MAX_VALUE, UidSeed};
-use super::model::{FastMap, VarBlock};
+use super::model::{FastMap, VarBlock, name_bit};
 use super::template::{Part, Template};
 
 /// Longest chain of variables evaluating each other.
@@ -41,6 +41,8 @@ impl Layer {
 #[derive(Clone, Copy, Debug)]
 pub struct LayerRef<'a> {
     pub vars: &'a FastMap<Arc<str>, Template>,
+    /// [`VarBlock::mask`]: most layers are passed over without a lookup.
+    pub mask: u64,
     /// `None`: relative to the role using the value (the scope's home).
     pub at: Option<&'a Arc<str>>,
 }
@@ -49,6 +51,7 @@ impl<'a> LayerRef<'a> {
     pub fn new(block: &'a VarBlock, at: Option<&'a Arc<str>>) -> Self {
         LayerRef {
             vars: &block.vars,
+            mask: block.mask,
             at,
         }
     }
@@ -157,10 +160,12 @@ impl<'a> Scope<'a> {
             }
             _ => {}
         }
+        let bit = name_bit(name);
         let found = self.layers[..limit.min(self.layers.len())]
             .iter()
             .enumerate()
             .rev()
+            .filter(|(_, l)| l.mask & bit != 0)
             .find_map(|(i, l)| l.vars.get_key_value(name).map(|(k, t)| (i, l, k, t)));
         let Some((level, layer, var_name, tmpl)) = found else {
             return Ok(None);
