@@ -304,6 +304,40 @@ fn big_request(dir: &Path, nodes: usize) -> RenderRequest {
     }
 }
 
+/// Resolution and serialization run on several threads for a large render: the objects, and
+/// the error reported for a bad input, must not depend on how many.
+#[test]
+fn the_same_objects_and_errors_for_any_number_of_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    synthetic(dir.path(), 8);
+    let render = |threads: usize, extra: Option<(&str, &str)>| {
+        let mut req = big_request(dir.path(), 400);
+        req.threads = threads;
+        req.task_set_budget = 64 * 1024;
+        if let Some((k, v)) = extra {
+            req.sets.push((k.into(), v.into()));
+        }
+        plan::render(&req)
+            .map(|r| yaml_stream(&r))
+            .map_err(|e| e.to_string())
+    };
+    let one = render(1, None).unwrap();
+    assert!(one.matches("kind: TaskSet").count() > 10, "several sets");
+    for threads in [2, 3, 8] {
+        assert!(render(threads, None).unwrap() == one, "{threads} threads");
+    }
+    // Tasks on two hosts in different chunks fail; the first in order is reported.
+    let bad = Some((
+        "opt_3",
+        "{{ task_hostname == 'flp399' || task_hostname == 'flp100' ? nope : 'x' }}",
+    ));
+    let e1 = render(1, bad).unwrap_err();
+    assert!(e1.contains("flp100") && e1.contains("`nope`"), "{e1}");
+    for threads in [2, 3, 8] {
+        assert_eq!(render(threads, bad).unwrap_err(), e1, "{threads} threads");
+    }
+}
+
 #[test]
 fn large_environments_fit_every_object_under_1_mib() {
     const MIB: usize = 1024 * 1024;

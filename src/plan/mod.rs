@@ -54,6 +54,10 @@ pub const DEFAULT_CONTROL_PORTS: RangeInclusive<u16> = 47100..=47999;
 pub const DEFAULT_TCP_PORTS: RangeInclusive<u16> = 48000..=49999;
 /// TaskSet size budget (serialized JSON of its tasks), far below etcd's 1.5 MiB.
 pub const DEFAULT_TASK_SET_BUDGET: usize = 256 * 1024;
+/// Most threads a render uses.
+pub const MAX_THREADS: usize = 8;
+/// Fewer tasks than this per thread are not worth a thread.
+const MIN_TASKS_PER_THREAD: usize = 500;
 
 /// What to render.
 #[derive(Clone, Debug)]
@@ -74,6 +78,9 @@ pub struct RenderRequest {
     /// Ports already used on each node (e.g. by other live environments): never allocated.
     pub reserved_ports: BTreeMap<String, BTreeSet<u16>>,
     pub task_set_budget: usize,
+    /// Threads for the per-task work of a large render; 0: this machine's cores (at most
+    /// [`MAX_THREADS`]). The output, and the error reported, are the same for any number.
+    pub threads: usize,
 }
 
 impl Default for RenderRequest {
@@ -89,6 +96,7 @@ impl Default for RenderRequest {
             tcp_ports: DEFAULT_TCP_PORTS,
             reserved_ports: BTreeMap::new(),
             task_set_budget: DEFAULT_TASK_SET_BUDGET,
+            threads: 0,
         }
     }
 }
@@ -109,10 +117,12 @@ pub struct Plan {
 /// Renders a workflow into the objects to apply: TaskSets, then the Environment naming them.
 pub fn render(req: &RenderRequest) -> Result<Rendered, RenderError> {
     let plan = build(req)?;
+    let parallel = threads_for(req.threads, plan.tasks.len()) > 1;
     Ok(objects::objects(
         plan,
         req.namespace.as_deref(),
         req.task_set_budget,
+        parallel,
     ))
 }
 
@@ -146,11 +156,7 @@ pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
         ),
     };
     let x = expand::expand(&engine, &req.sources, &path, &req.sets, &env_id)?;
-    let reuse = reuse::Reuse::new(&engine, &x);
-    let mut resolved = Vec::with_capacity(x.tasks.len());
-    for t in &x.tasks {
-        resolved.push(resolve::resolve(&engine, &x, &reuse, t)?);
-    }
+    let mut resolved = resolve_all(&x, threads_for(req.threads, x.tasks.len()))?;
     // Usually sorted already (iterators run over hosts in order): then no sort, whose scratch
     // buffer alone is megabytes of fresh memory.
     fn key(t: &resolve::ResolvedTask) -> (&str, &str) {
@@ -182,9 +188,8 @@ pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
     let mut tasks = Vec::with_capacity(resolved.len());
     let mut locs = Vec::with_capacity(resolved.len());
     let mut strings = TaskStrings::new(&req.system);
-    for ((t, port), channels) in resolved.into_iter().zip(control).zip(chans) {
-        let name = names::task_name(&env_id, &t.path, &t.class, &t.node);
-        let id = names::task_id(&env_id, &t.path);
+    for ((mut t, port), channels) in resolved.into_iter().zip(control).zip(chans) {
+        let (name, id) = (std::mem::take(&mut t.name), std::mem::take(&mut t.id));
         locs.push(t.loc.clone());
         tasks.push(task_ref(t, port, channels, name, id, &mut strings));
     }
@@ -266,6 +271,57 @@ impl TaskStrings {
             _ => self.node.insert(Arc::from(node)).clone(),
         }
     }
+}
+
+/// How many threads a render of `tasks` uses when `requested` (0: this machine's cores).
+pub fn threads_for(requested: usize, tasks: usize) -> usize {
+    let n = match requested {
+        0 => std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_THREADS),
+        n => n,
+    };
+    n.min(tasks / MIN_TASKS_PER_THREAD).max(1)
+}
+
+/// Resolves every task, in consecutive chunks on `threads` threads, each with its own engine
+/// and caches. The result, and the error reported (the first failing task's), do not depend
+/// on the number of threads.
+fn resolve_all(
+    x: &expand::Expanded,
+    threads: usize,
+) -> Result<Vec<resolve::ResolvedTask>, RenderError> {
+    let chunk = |tasks: &[expand::TaskInstance]| -> Result<Vec<_>, RenderError> {
+        let engine = Engine::new();
+        let reuse = reuse::Reuse::new(&engine, x);
+        tasks
+            .iter()
+            .map(|t| resolve::resolve(&engine, x, &reuse, t))
+            .collect()
+    };
+    if threads <= 1 {
+        return chunk(&x.tasks);
+    }
+    let per = x.tasks.len().div_ceil(threads);
+    let parts: Vec<Result<Vec<_>, RenderError>> = std::thread::scope(|s| {
+        let workers: Vec<_> = x
+            .tasks
+            .chunks(per)
+            .map(|c| s.spawn(move || chunk(c)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    let mut out = Vec::with_capacity(x.tasks.len());
+    for part in parts {
+        out.extend(part?);
+    }
+    Ok(out)
 }
 
 fn task_ref(

@@ -97,11 +97,17 @@ const PARALLEL_MIN_TASKS: usize = 512;
 /// Splits the tasks into TaskSets of at most `budget` bytes of task JSON (a node's tasks stay
 /// together unless they alone exceed the budget) and builds the Environment. The tasks come
 /// sorted by node ([`super::build`] sorts them).
-pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize) -> Rendered {
+/// `parallel`: a second thread may serialize part of the tasks (the objects are the same).
+pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize, parallel: bool) -> Rendered {
     let env_name = plan.environment_name.clone();
     let tasks = &plan.tasks;
     let runs: Vec<Range<usize>> = node_runs(tasks).collect();
-    let groups = pack(tasks, &runs, budget, PARALLEL_MIN_TASKS);
+    let parallel_min = if parallel {
+        PARALLEL_MIN_TASKS
+    } else {
+        usize::MAX
+    };
+    let groups = pack(tasks, &runs, budget, parallel_min);
     let nodes = runs.len();
     let total = tasks.len();
     // The tasks move into their sets in order (the groups are consecutive ranges).
@@ -343,7 +349,7 @@ mod tests {
             .collect();
         let largest = sizes.values().max().copied().unwrap();
         for budget in [1, 200, 700, 1500, 4000, 1 << 20] {
-            let r = objects(p.clone(), None, budget);
+            let r = objects(p.clone(), None, budget, false);
             let names: Vec<&str> = r.tasks().map(|t| t.name.as_str()).collect();
             let want: Vec<&str> = p.tasks.iter().map(|t| t.name.as_str()).collect();
             assert_eq!(names, want, "budget {budget}: order");

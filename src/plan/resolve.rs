@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::reuse::{Own, Reuse, own_names};
-use super::{ControlMode, EnvVar};
+use super::{ControlMode, EnvVar, names};
 use crate::workflow::error::{Error, Loc, Result};
 use crate::workflow::expand::{Expanded, Frame, TaskInstance};
 use crate::workflow::expr::{Engine, is_falsy};
@@ -30,6 +30,9 @@ pub struct EvalChannel {
 /// A task with every field evaluated, before ports and endpoints are assigned.
 #[derive(Clone, Debug)]
 pub struct ResolvedTask {
+    /// Task object name and task id ([`names::task_name`], [`names::task_id`]).
+    pub name: String,
+    pub id: String,
     pub path: String,
     pub loc: Loc,
     pub class: String,
@@ -110,7 +113,11 @@ pub fn resolve<'x, 'e>(
     let in_task = |e: Error| e.context(format_args!("in task `{}`", t.path));
     let node = node_of(&ev, t, &frames).map_err(in_task)?;
     ev.scope.set_hostname(Arc::from(node.as_str()));
-    resolve_fields(&ev, t, node).map_err(in_task)
+    let mut r = resolve_fields(&ev, t, node).map_err(in_task)?;
+    // Hashed here, where a large render runs on several threads.
+    r.name = names::task_name(&x.environment_id, &r.path, &r.class, &r.node);
+    r.id = names::task_id(&x.environment_id, &r.path);
+    Ok(r)
 }
 
 /// The node: the `machine_id` constraints of the role chain, else those of the class. Two
@@ -237,6 +244,8 @@ fn resolve_fields(task: &TaskEval, t: &TaskInstance, node: String) -> Result<Res
     let bind = channels(task, &class.bind, path, &t.bind, false)?;
     let connect = channels(task, &class.connect, path, &t.connect, true)?;
     Ok(ResolvedTask {
+        name: String::new(),
+        id: String::new(),
         path: String::from(&**path),
         loc: t.loc.clone(),
         class: String::from(&*class.id),
