@@ -9,6 +9,10 @@
 //! (The render's own task references share the strings of a class; serializing those reads far
 //! less distinct memory, so it is printed too, but it is not the baseline.)
 //!
+//! The render runs as `envbridge render` does, on this machine's cores (a large render resolves
+//! and serializes its tasks on several threads); a single-thread render is measured and printed
+//! beside it.
+//!
 //! Run: `cargo bench --bench render`
 
 use std::collections::BTreeMap;
@@ -116,6 +120,7 @@ fn main() {
             ..RenderRequest::default()
         };
         let mut render_t = Vec::new();
+        let mut one_t = Vec::new();
         let mut ser_t = Vec::new();
         let mut shared_t = Vec::new();
         let mut bytes = 0;
@@ -143,17 +148,31 @@ fn main() {
             let shared = serde_json::to_vec(&view).expect("serialize");
             shared_t.push(t2.elapsed());
             assert!(shared == json, "the baseline serializes the same view");
+            // Last, so that the baselines run right after the render, as they always did.
+            let sets = r.task_sets.len();
+            drop((view, shared, json, list));
+            drop(r);
+            let one = RenderRequest {
+                threads: 1,
+                ..req.clone()
+            };
+            let t3 = Instant::now();
+            let single = plan::render(&one).map(|r| r.task_sets.len());
+            one_t.push(t3.elapsed());
+            assert_eq!(single.ok(), Some(sets));
         }
         let (rb, rm) = stats(render_t);
         let (sb, sm) = stats(ser_t);
         let (_, shm) = stats(shared_t);
+        let (_, om) = stats(one_t);
         println!(
             "{tasks:>6} tasks on {nodes:>4} nodes ({objects} objects): render {rb:8.1} / {rm:8.1}   \
              serialize -o tasks JSON ({:.1} MiB) {sb:6.1} / {sm:6.1}   ratio median {:.2}x, best {:.2}x   \
-             (view over the shared task refs: {shm:.1}, ratio {:.2}x)",
+             (one thread: render {om:.1}, ratio {:.2}x; view over the shared task refs: {shm:.1}, ratio {:.2}x)",
             bytes as f64 / (1024.0 * 1024.0),
             rm / sm,
             rb / sb,
+            om / sm,
             rm / shm
         );
     }
