@@ -188,10 +188,9 @@ pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
     let mut tasks = Vec::with_capacity(resolved.len());
     let mut locs = Vec::with_capacity(resolved.len());
     let mut strings = TaskStrings::new(&req.system);
-    for ((mut t, port), channels) in resolved.into_iter().zip(control).zip(chans) {
-        let (name, id) = (std::mem::take(&mut t.name), std::mem::take(&mut t.id));
+    for ((t, port), channels) in resolved.into_iter().zip(control).zip(chans) {
         locs.push(t.loc.clone());
-        tasks.push(task_ref(t, port, channels, name, id, &mut strings));
+        tasks.push(task_ref(t, port, channels, &mut strings));
     }
     // Names and ids are checked once all are made (borrowed, not copied); the first task
     // whose name or id is taken is reported, as before.
@@ -328,8 +327,6 @@ fn task_ref(
     t: resolve::ResolvedTask,
     port: u16,
     channels: channels::ChannelArgs,
-    name: String,
-    id: String,
     strings: &mut TaskStrings,
 ) -> TaskRef {
     let mut env = t.env;
@@ -361,7 +358,7 @@ fn task_ref(
         let [id_flag, s, p, occlite, color, no, control_port] = strings.fairmq.clone();
         args.extend([
             id_flag,
-            Arc::from(id.as_str()),
+            Arc::from(t.id.as_str()),
             s,
             plugin,
             p,
@@ -373,8 +370,8 @@ fn task_ref(
         ]);
     }
     TaskRef {
-        name,
-        id,
+        name: t.name,
+        id: t.id,
         path: t.path,
         class: t.class,
         node: t.node,

@@ -90,10 +90,6 @@ fn meta(name: &str, namespace: Option<&str>, env_name: &str) -> ObjectMeta {
     }
 }
 
-/// Below this many tasks everything is serialized on the calling thread (a thread costs more
-/// than it saves).
-const PARALLEL_MIN_TASKS: usize = 512;
-
 /// Splits the tasks into TaskSets of at most `budget` bytes of task JSON (a node's tasks stay
 /// together unless they alone exceed the budget) and builds the Environment. The tasks come
 /// sorted by node ([`super::build`] sorts them).
@@ -102,12 +98,7 @@ pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize, parallel:
     let env_name = plan.environment_name.clone();
     let tasks = &plan.tasks;
     let runs: Vec<Range<usize>> = node_runs(tasks).collect();
-    let parallel_min = if parallel {
-        PARALLEL_MIN_TASKS
-    } else {
-        usize::MAX
-    };
-    let groups = pack(tasks, &runs, budget, parallel_min);
+    let groups = pack(tasks, &runs, budget, parallel);
     let nodes = runs.len();
     let total = tasks.len();
     // The tasks move into their sets in order (the groups are consecutive ranges).
@@ -164,12 +155,12 @@ pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize, parallel:
 }
 
 /// The sets: each one's task range and the BLAKE3 of its JSON. `runs` are the tasks' node
-/// runs ([`node_runs`]); from `parallel_min` tasks on, a second thread helps.
+/// runs ([`node_runs`]); with `parallel`, a second thread helps.
 fn pack(
     tasks: &[TaskRef],
     runs: &[Range<usize>],
     budget: usize,
-    parallel_min: usize,
+    parallel: bool,
 ) -> Vec<(Range<usize>, String)> {
     // Each task is serialized once: its size decides the packing, and its bytes go on to the
     // open set's JSON array, hashed when the set closes. The first half of the nodes goes
@@ -177,7 +168,7 @@ fn pack(
     // the other half, which the packer then reads. The packing itself stays sequential, so
     // the sets are the same whatever runs where.
     let split = match runs.iter().find(|r| r.start >= tasks.len() / 2) {
-        Some(r) if tasks.len() >= parallel_min => r.start,
+        Some(r) if parallel => r.start,
         _ => tasks.len(),
     };
     let second_half = || {
@@ -331,8 +322,8 @@ mod tests {
         let runs: Vec<Range<usize>> = node_runs(&p.tasks).collect();
         assert_eq!(runs.len(), 1_200);
         for budget in [1, 700, 4000, 64 * 1024, 1 << 20] {
-            let alone = pack(&p.tasks, &runs, budget, usize::MAX);
-            let helped = pack(&p.tasks, &runs, budget, 1);
+            let alone = pack(&p.tasks, &runs, budget, false);
+            let helped = pack(&p.tasks, &runs, budget, true);
             assert_eq!(helped, alone, "budget {budget}");
             let covered: usize = alone.iter().map(|(r, _)| r.len()).sum();
             assert_eq!(covered, p.tasks.len(), "budget {budget}");

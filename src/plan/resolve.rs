@@ -113,11 +113,7 @@ pub fn resolve<'x, 'e>(
     let in_task = |e: Error| e.context(format_args!("in task `{}`", t.path));
     let node = node_of(&ev, t, &frames).map_err(in_task)?;
     ev.scope.set_hostname(Arc::from(node.as_str()));
-    let mut r = resolve_fields(&ev, t, node).map_err(in_task)?;
-    // Hashed here, where a large render runs on several threads.
-    r.name = names::task_name(&x.environment_id, &r.path, &r.class, &r.node);
-    r.id = names::task_id(&x.environment_id, &r.path);
-    Ok(r)
+    resolve_fields(&ev, t, node, &x.environment_id).map_err(in_task)
 }
 
 /// The node: the `machine_id` constraints of the role chain, else those of the class. Two
@@ -180,7 +176,12 @@ fn machine_ids<'a>(
     Ok(out)
 }
 
-fn resolve_fields(task: &TaskEval, t: &TaskInstance, node: String) -> Result<ResolvedTask> {
+fn resolve_fields(
+    task: &TaskEval,
+    t: &TaskInstance,
+    node: String,
+    env_id: &str,
+) -> Result<ResolvedTask> {
     let class = &t.class;
     let path = &t.path;
     let scope = &task.scope;
@@ -244,8 +245,9 @@ fn resolve_fields(task: &TaskEval, t: &TaskInstance, node: String) -> Result<Res
     let bind = channels(task, &class.bind, path, &t.bind, false)?;
     let connect = channels(task, &class.connect, path, &t.connect, true)?;
     Ok(ResolvedTask {
-        name: String::new(),
-        id: String::new(),
+        // Hashed here, where a large render runs on several threads.
+        name: names::task_name(env_id, path, &class.id, &node),
+        id: names::task_id(env_id, path),
         path: String::from(&**path),
         loc: t.loc.clone(),
         class: String::from(&*class.id),
@@ -279,18 +281,14 @@ fn channels(
     role: &[Channel],
     outbound: bool,
 ) -> Result<Vec<Arc<EvalChannel>>> {
-    let mut out: BTreeMap<&str, Arc<EvalChannel>> = BTreeMap::new();
-    let mut evaluated = Vec::with_capacity(class.len() + role.len());
+    let mut out: BTreeMap<Arc<str>, Arc<EvalChannel>> = BTreeMap::new();
     // The role's channels are written at the task role itself, like the class's.
     for c in class.iter().chain(role) {
         let ch = match task.reuse.channel(task.t, &task.own, c, path, outbound) {
             Some(ch) => ch,
             None => Arc::new(eval_channel(&|t| task.eval_arc(t, path), c, outbound)?),
         };
-        evaluated.push(ch);
-    }
-    for ch in &evaluated {
-        out.insert(&ch.name, ch.clone());
+        out.insert(ch.name.clone(), ch);
     }
     Ok(out.into_values().collect())
 }
