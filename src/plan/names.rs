@@ -16,6 +16,13 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// The first `hex_len` hex digits (even) of the SHA-256 of `parts` joined by NUL bytes
 /// (hashed piecewise: no joined copy, no digits that are cut off anyway).
 fn hash_of(parts: &[&str], hex_len: usize) -> String {
+    let mut out = String::with_capacity(hex_len);
+    push_hash(&mut out, parts, hex_len);
+    out
+}
+
+/// Appends [`hash_of`] to `out`.
+fn push_hash(out: &mut String, parts: &[&str], hex_len: usize) {
     let mut h = Sha256::new();
     for (i, p) in parts.iter().enumerate() {
         if i > 0 {
@@ -24,13 +31,24 @@ fn hash_of(parts: &[&str], hex_len: usize) -> String {
         h.update(p.as_bytes());
     }
     let digest = h.finalize();
-    hex::encode(&digest[..(hex_len / 2).min(digest.len())])
+    let bytes = &digest[..(hex_len / 2).min(digest.len())];
+    let mut hex = [0u8; 64];
+    let hex = &mut hex[..bytes.len() * 2];
+    // The buffer is exactly twice the bytes long, so this cannot fail; hex digits are ASCII.
+    let _ = hex::encode_to_slice(bytes, hex);
+    out.push_str(&String::from_utf8_lossy(hex));
 }
 
 /// Lowercase, `[a-z0-9-]` only, no leading/trailing `-`, runs of `-` collapsed.
 pub fn dns_label(s: &str, max: usize) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
+    let mut out = String::with_capacity(s.len().min(max));
+    push_dns_label(&mut out, &[s], max);
+    out
+}
+
+/// Appends [`dns_label`] of `parts` joined (no joined copy made) to `out`, which is empty.
+fn push_dns_label(out: &mut String, parts: &[&str], max: usize) {
+    for c in parts.iter().flat_map(|p| p.chars()) {
         let c = c.to_ascii_lowercase();
         if c.is_ascii_lowercase() || c.is_ascii_digit() {
             out.push(c);
@@ -42,7 +60,6 @@ pub fn dns_label(s: &str, max: usize) -> String {
     while out.ends_with('-') {
         out.pop();
     }
-    out
 }
 
 pub fn is_dns_label(s: &str) -> bool {
@@ -70,24 +87,27 @@ pub fn environment_name(env_id: &str) -> String {
 /// so names are unique across environments and for several tasks of one class on one node.
 pub fn task_name(env_id: &str, path: &str, class: &str, node: &str) -> String {
     let host = node.split('.').next().unwrap_or(node);
-    let h = hash_of(&["task", env_id, path], 10);
-    let mut name = dns_label(&[class, "-", host].concat(), DNS_LABEL_MAX - 11);
+    let mut name = String::with_capacity(DNS_LABEL_MAX);
+    push_dns_label(&mut name, &[class, "-", host], DNS_LABEL_MAX - 11);
     if name.is_empty() {
         name.push('t');
     }
     name.push('-');
-    name.push_str(&h);
+    push_hash(&mut name, &["task", env_id, path], 10);
     name
 }
 
 /// The task id (FairMQ `--id`), unique within the environment.
 pub fn task_id(env_id: &str, path: &str) -> String {
-    crate::workflow::expr::short_id(&[env_id, "\0task\0", path].concat())
+    crate::workflow::expr::short_id_of(&[env_id, "\0task\0", path])
 }
 
 /// An abstract IPC socket name, `[a-z0-9.-]` only, identical on both sides of the channel.
 pub fn ipc_address(env_id: &str, path: &str, channel: &str) -> String {
-    ["ipc://@eb-", &hash_of(&["ipc", env_id, path, channel], 20)].concat()
+    let mut a = String::with_capacity(30);
+    a.push_str("ipc://@eb-");
+    push_hash(&mut a, &["ipc", env_id, path, channel], 20);
+    a
 }
 
 /// The default environment id when none is given: stable for one workflow.

@@ -215,10 +215,14 @@ fn node_runs(tasks: &[TaskRef]) -> impl Iterator<Item = Range<usize>> + '_ {
 }
 
 /// Appends each task's JSON to `json`, and where it lies to `spans`.
+///
+/// sonic-rs writes the same bytes as `serde_json::to_vec` (which defines the content hash,
+/// [`crate::crd::tasks_digest`]; tested below for every kind of character) but escapes strings
+/// with SIMD, and strings are most of a task.
 fn serialize_into(tasks: &[TaskRef], json: &mut Vec<u8>, spans: &mut Vec<Range<usize>>) {
     for t in tasks {
         let at = json.len();
-        if serde_json::to_writer(&mut *json, t).is_err() {
+        if sonic_rs::to_writer(&mut *json, t).is_err() {
             json.truncate(at);
         }
         spans.push(at..json.len());
@@ -313,6 +317,51 @@ mod tests {
             tasks,
             hooks: Vec::new(),
             ports: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn tasks_serialize_as_serde_json_writes_them() {
+        // Every ASCII character (controls, quote, backslash, DEL), multi-byte UTF-8, long and
+        // empty strings, in every kind of field.
+        let ascii: String = (0u8..128).map(char::from).collect();
+        let texts = [
+            ascii.clone(),
+            "é ü — 中文 😀 \u{2028}\u{2029}".to_string(),
+            format!("{ascii}{}", "x".repeat(300)),
+            String::new(),
+            "a\"b\\c/d".to_string(),
+        ];
+        let mut tasks = Vec::new();
+        for (i, s) in texts.iter().enumerate() {
+            let a: std::sync::Arc<str> = s.as_str().into();
+            tasks.push(TaskRef {
+                name: s.clone(),
+                node: s.clone(),
+                command: s.clone(),
+                shell: i % 2 == 0,
+                user: (i % 2 == 1).then(|| s.clone()),
+                control_port: u16::MAX - i as u16,
+                timeout_seconds: Some(u32::MAX - i as u32),
+                env: vec![crate::plan::EnvVar {
+                    name: a.clone(),
+                    value: a.clone(),
+                }],
+                args: vec![a.clone(), "".into()],
+                channels: [(a.clone(), a.clone()), ("k".into(), a)].into(),
+                trigger: Some(s.clone()),
+                ..TaskRef::default()
+            });
+        }
+        tasks.extend(plan(12).tasks);
+        let mut json = Vec::new();
+        let mut spans = Vec::new();
+        serialize_into(&tasks, &mut json, &mut spans);
+        for (t, r) in tasks.iter().zip(&spans) {
+            assert_eq!(
+                String::from_utf8_lossy(&json[r.clone()]),
+                String::from_utf8_lossy(&serde_json::to_vec(t).unwrap())
+            );
         }
     }
 

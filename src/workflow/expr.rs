@@ -69,19 +69,29 @@ impl From<&str> for UidSeed {
 }
 
 impl UidSeed {
-    pub fn text(&self) -> String {
+    /// `uid.New()`: [`short_id`] of the seed text, `<environment id>\0<home>\0<file name>:<line>:<col>`
+    /// for `At`, hashed piecewise (the text itself is never made).
+    pub fn short_id(&self) -> String {
         match self {
-            UidSeed::Text(s) => s.clone(),
+            UidSeed::Text(s) => short_id(s),
             UidSeed::At {
                 environment_id,
                 home,
                 loc,
-            } => format!(
-                "{environment_id}\0{home}\0{}:{}:{}",
-                file_name(&loc.file),
-                loc.line,
-                loc.col
-            ),
+            } => {
+                let (mut line, mut col) = (itoa::Buffer::new(), itoa::Buffer::new());
+                short_id_of(&[
+                    environment_id,
+                    "\0",
+                    home,
+                    "\0",
+                    file_name(&loc.file),
+                    ":",
+                    line.format(loc.line),
+                    ":",
+                    col.format(loc.col),
+                ])
+            }
         }
     }
 }
@@ -139,7 +149,7 @@ impl Shortcut {
     /// The value, or `None` where the program must run (it then reports its own error).
     fn value(self, site: &CallSite) -> Option<String> {
         match self {
-            Shortcut::UidNew => Some(short_id(&site.uid_seed.text())),
+            Shortcut::UidNew => Some(site.uid_seed.short_id()),
             Shortcut::UpPath(n) => {
                 let path = ancestor(&site.role_path, n)?;
                 (path.len() <= MAX_VALUE).then_some(path)
@@ -593,7 +603,7 @@ fn current_site() -> Option<CallSite> {
 fn uid_new(_ftx: &FunctionContext) -> std::result::Result<Value, ExecutionError> {
     let site =
         current_site().ok_or_else(|| ExecutionError::function_error("uid.New", "no context"))?;
-    Ok(Value::String(Arc::new(short_id(&site.uid_seed.text()))))
+    Ok(Value::String(Arc::new(site.uid_seed.short_id())))
 }
 
 fn up(_ftx: &FunctionContext, n: i64) -> std::result::Result<Value, ExecutionError> {
@@ -622,20 +632,48 @@ fn ancestor(role_path: &str, n: usize) -> Option<String> {
 
 /// A short lowercase id (base32 of SHA-256), stable for one seed: what `uid.New()` gives.
 pub fn short_id(seed: &str) -> String {
+    short_id_of(&[seed])
+}
+
+/// [`short_id`] of the concatenation of `parts`.
+pub fn short_id_of(parts: &[&str]) -> String {
     const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
-    let digest = Sha256::digest(seed.as_bytes());
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+    }
+    let digest = h.finalize();
     let mut bits: u64 = 0;
     for b in &digest[..8] {
         bits = (bits << 8) | u64::from(*b);
     }
-    (0..12)
-        .map(|i| ALPHABET[((bits >> (i * 5)) & 31) as usize] as char)
-        .collect()
+    let id: [u8; 12] = std::array::from_fn(|i| ALPHABET[((bits >> (i * 5)) & 31) as usize]);
+    // ASCII, so valid UTF-8 as it is (no replacement ever happens).
+    String::from_utf8_lossy(&id).into_owned()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_uid_is_the_short_id_of_its_seed_text() {
+        let seed = UidSeed::At {
+            environment_id: "E1".into(),
+            home: "w.host-flp001.stfb".into(),
+            loc: Loc {
+                file: "/some/dir/readout.yaml".into(),
+                line: 12,
+                col: 345,
+            },
+        };
+        let want = short_id("E1\0w.host-flp001.stfb\0readout.yaml:12:345");
+        assert_eq!(seed.short_id(), want);
+        assert_eq!(UidSeed::from("x").short_id(), short_id("x"));
+        assert_ne!(short_id("x"), short_id("y"));
+        assert_eq!(short_id_of(&["a", "bc"]), short_id("abc"));
+        assert!(want.len() == 12 && want.bytes().all(|b| b.is_ascii_alphanumeric()));
+    }
 
     struct Vars(Vec<(&'static str, &'static str)>);
     impl Lookup for Vars {
