@@ -156,7 +156,7 @@ pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
         ),
     };
     let x = expand::expand(&engine, &req.sources, &path, &req.sets, &env_id)?;
-    let mut resolved = resolve_all(&x, threads_for(req.threads, x.tasks.len()))?;
+    let mut resolved = resolve_all(&engine, &x, threads_for(req.threads, x.tasks.len()))?;
     // Usually sorted already (iterators run over hosts in order): then no sort, whose scratch
     // buffer alone is megabytes of fresh memory.
     fn key(t: &resolve::ResolvedTask) -> (&str, &str) {
@@ -287,11 +287,11 @@ pub fn threads_for(requested: usize, tasks: usize) -> usize {
 /// and caches. The result, and the error reported (the first failing task's), do not depend
 /// on the number of threads.
 fn resolve_all(
+    main: &Engine,
     x: &expand::Expanded,
     threads: usize,
 ) -> Result<Vec<resolve::ResolvedTask>, RenderError> {
-    let chunk = |tasks: &[expand::TaskInstance]| -> Result<Vec<_>, RenderError> {
-        let engine = Engine::new();
+    let chunk = |engine: Engine, tasks: &[expand::TaskInstance]| -> Result<Vec<_>, RenderError> {
         let reuse = reuse::Reuse::new(&engine, x);
         tasks
             .iter()
@@ -299,14 +299,17 @@ fn resolve_all(
             .collect()
     };
     if threads <= 1 {
-        return chunk(&x.tasks);
+        return chunk(main.sharing_programs(), &x.tasks);
     }
     let per = x.tasks.len().div_ceil(threads);
     let parts: Vec<Result<Vec<_>, RenderError>> = std::thread::scope(|s| {
         let workers: Vec<_> = x
             .tasks
             .chunks(per)
-            .map(|c| s.spawn(move || chunk(c)))
+            .map(|c| {
+                let engine = main.sharing_programs();
+                s.spawn(move || chunk(engine, c))
+            })
             .collect();
         workers
             .into_iter()

@@ -14,7 +14,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use cel::common::value::CowVal;
@@ -162,16 +161,22 @@ impl Shortcut {
 type MemoKey = (usize, Vec<Arc<str>>);
 
 /// Address of a source text -> (that text, kept alive; its program).
-type ByAddr = FastMap<usize, (Arc<str>, Rc<Compiled>)>;
+type ByAddr = FastMap<usize, (Arc<str>, Arc<Compiled>)>;
+
+/// Source text -> its program: shared by the engines of one render (compiled once, whatever
+/// thread meets it first).
+type Programs = Arc<Mutex<HashMap<Arc<str>, Arc<Compiled>>>>;
 
 thread_local! {
     static CALL_SITES: RefCell<Vec<CallSite>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Compiles and evaluates expressions; one per render (caches are not shared between threads).
+/// Compiles and evaluates expressions; one per render and thread. The engines of one render
+/// share their compiled programs ([`Engine::sharing_programs`]); evaluation caches are
+/// per engine.
 pub struct Engine {
     root: Context<'static, 'static>,
-    compiled: RefCell<HashMap<Arc<str>, Rc<Compiled>>>,
+    compiled: Programs,
     /// By the address of the source's shared text; the entry holds that `Arc`, so the address
     /// cannot be reused by another text while the engine lives.
     by_addr: RefCell<ByAddr>,
@@ -186,6 +191,16 @@ impl Default for Engine {
 
 impl Engine {
     pub fn new() -> Self {
+        Self::with_programs(Programs::default())
+    }
+
+    /// A new engine (for another thread) that reuses the programs this one compiled, and
+    /// shares those it compiles from now on.
+    pub fn sharing_programs(&self) -> Self {
+        Self::with_programs(self.compiled.clone())
+    }
+
+    fn with_programs(compiled: Programs) -> Self {
         let mut root = Context::default();
         // Registration only fails on a name clash with the standard library: none of these.
         let _ = root.add_function("len", len);
@@ -198,13 +213,13 @@ impl Engine {
         let _ = root.add_function("Up", |ftx: &FunctionContext, n: i64| up(ftx, n));
         Engine {
             root,
-            compiled: RefCell::new(HashMap::new()),
+            compiled,
             by_addr: RefCell::default(),
             memo: RefCell::default(),
         }
     }
 
-    fn compile(&self, src: &Arc<str>, loc: &Loc) -> Result<Rc<Compiled>> {
+    fn compile(&self, src: &Arc<str>, loc: &Loc) -> Result<Arc<Compiled>> {
         let addr = Arc::as_ptr(src).cast::<u8>() as usize;
         if let Some((_, c)) = self.by_addr.borrow().get(&addr) {
             return Ok(c.clone());
@@ -216,8 +231,15 @@ impl Engine {
         Ok(c)
     }
 
-    fn compile_text(&self, src: &Arc<str>, loc: &Loc) -> Result<Rc<Compiled>> {
-        if let Some(c) = self.compiled.borrow().get(src) {
+    fn compile_text(&self, src: &Arc<str>, loc: &Loc) -> Result<Arc<Compiled>> {
+        // Held while compiling: another thread wanting the same text waits for this program
+        // rather than compiling its own. (A panic in the parser is caught below, so the lock
+        // is never poisoned by it; should it be, the map is still consistent.)
+        let mut compiled = self
+            .compiled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = compiled.get(src) {
             return Ok(c.clone());
         }
         check_shape(src).map_err(|m| Error::new(loc, m))?;
@@ -257,19 +279,19 @@ impl Engine {
             .functions()
             .iter()
             .any(|f| matches!(*f, "Parent" | "Up" | "New"));
-        let id = self.compiled.borrow().len();
+        let id = compiled.len();
         let shortcut = match vars.is_empty() {
             true => Shortcut::of(src),
             false => None,
         };
-        let c = Rc::new(Compiled {
+        let c = Arc::new(Compiled {
             id,
             program,
             vars,
             pure,
             shortcut,
         });
-        self.compiled.borrow_mut().insert(src.clone(), c.clone());
+        compiled.insert(src.clone(), c.clone());
         Ok(c)
     }
 
@@ -655,6 +677,33 @@ pub fn short_id_of(parts: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn engines_of_one_render_compile_a_text_once() {
+        let file: Arc<str> = Arc::from("f.yaml");
+        let loc = Loc::new(&file, 1, 1);
+        let main = Engine::new();
+        let other = main.sharing_programs();
+        // Compiled on another thread, by an engine sharing the main one's programs.
+        let there = std::thread::scope(|s| {
+            s.spawn(move || {
+                other
+                    .compile(&Arc::from("a + b"), &loc)
+                    .map_err(|e| e.to_string())
+            })
+            .join()
+            .unwrap()
+        })
+        .unwrap();
+        let loc = Loc::new(&file, 1, 1);
+        let here = main.compile(&Arc::from("a + b"), &loc).unwrap();
+        assert!(Arc::ptr_eq(&there, &here), "the same program");
+        let apart = Engine::new().compile(&Arc::from("a + b"), &loc).unwrap();
+        assert!(
+            !Arc::ptr_eq(&apart, &here),
+            "another render compiles its own"
+        );
+    }
 
     #[test]
     fn a_uid_is_the_short_id_of_its_seed_text() {
