@@ -27,7 +27,7 @@ use serde::Serialize;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const RUNS: usize = 9;
+const RUNS: usize = 15;
 
 fn workflow(dir: &Path) {
     let chain = |i: usize| {
