@@ -116,8 +116,10 @@ pub struct Plan {
 
 /// Renders a workflow into the objects to apply: TaskSets, then the Environment naming them.
 pub fn render(req: &RenderRequest) -> Result<Rendered, RenderError> {
-    let plan = build(req)?;
-    let parallel = threads_for(req.threads, plan.tasks.len()) > 1;
+    // The machine's cores are looked up once (it reads cgroup files).
+    let cores = cores(req.threads);
+    let plan = build_on(req, cores)?;
+    let parallel = threads_for(cores, plan.tasks.len()) > 1;
     Ok(objects::objects(
         plan,
         req.namespace.as_deref(),
@@ -144,6 +146,11 @@ pub fn workflow_path(req: &RenderRequest) -> Result<PathBuf, RenderError> {
 
 /// Expands and resolves a workflow into task references (no objects yet).
 pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
+    build_on(req, cores(req.threads))
+}
+
+/// [`build`] with up to `cores` threads.
+fn build_on(req: &RenderRequest, cores: usize) -> Result<Plan, RenderError> {
     let path = workflow_path(req)?;
     let engine = Engine::new();
     let env_id = match &req.env_id {
@@ -156,7 +163,7 @@ pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
         ),
     };
     let x = expand::expand(&engine, &req.sources, &path, &req.sets, &env_id)?;
-    let mut resolved = resolve_all(&engine, &x, threads_for(req.threads, x.tasks.len()))?;
+    let mut resolved = resolve_all(&engine, &x, threads_for(cores, x.tasks.len()))?;
     // Usually sorted already (iterators run over hosts in order): then no sort, whose scratch
     // buffer alone is megabytes of fresh memory.
     fn key(t: &resolve::ResolvedTask) -> (&str, &str) {
@@ -272,34 +279,39 @@ impl TaskStrings {
     }
 }
 
-/// How many threads a render of `tasks` uses when `requested` (0: this machine's cores).
-pub fn threads_for(requested: usize, tasks: usize) -> usize {
-    let n = match requested {
+/// The most threads a render may use when `requested` ([`RenderRequest::threads`]; 0: this
+/// machine's cores, at most [`MAX_THREADS`]).
+fn cores(requested: usize) -> usize {
+    match requested {
         0 => std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .min(MAX_THREADS),
         n => n,
-    };
-    n.min(tasks / MIN_TASKS_PER_THREAD).max(1)
+    }
+}
+
+/// How many threads a render of `tasks` uses, with at most `cores` ([`cores`]).
+fn threads_for(cores: usize, tasks: usize) -> usize {
+    cores.min(tasks / MIN_TASKS_PER_THREAD).max(1)
 }
 
 /// Resolves every task, in consecutive chunks on `threads` threads, each with its own engine
-/// and caches. The result, and the error reported (the first failing task's), do not depend
-/// on the number of threads.
+/// (sharing `main`'s compiled programs; on one thread, `main` itself) and caches. The result,
+/// and the error reported (the first failing task's), do not depend on the number of threads.
 fn resolve_all(
     main: &Engine,
     x: &expand::Expanded,
     threads: usize,
 ) -> Result<Vec<resolve::ResolvedTask>, RenderError> {
-    let chunk = |engine: Engine, tasks: &[expand::TaskInstance]| -> Result<Vec<_>, RenderError> {
-        let reuse = reuse::Reuse::new(&engine, x);
+    let chunk = |engine: &Engine, tasks: &[expand::TaskInstance]| -> Result<Vec<_>, RenderError> {
+        let reuse = reuse::Reuse::new(engine, x);
         tasks
             .iter()
-            .map(|t| resolve::resolve(&engine, x, &reuse, t))
+            .map(|t| resolve::resolve(engine, x, &reuse, t))
             .collect()
     };
     if threads <= 1 {
-        return chunk(main.sharing_programs(), &x.tasks);
+        return chunk(main, &x.tasks);
     }
     let per = x.tasks.len().div_ceil(threads);
     let parts: Vec<Result<Vec<_>, RenderError>> = std::thread::scope(|s| {
@@ -308,7 +320,7 @@ fn resolve_all(
             .chunks(per)
             .map(|c| {
                 let engine = main.sharing_programs();
-                s.spawn(move || chunk(engine, c))
+                s.spawn(move || chunk(&engine, c))
             })
             .collect();
         workers
