@@ -7,7 +7,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use envbridge::plan::{self, RenderRequest, Rendered};
+use envbridge::plan::{self, ControlMode, RenderRequest, Rendered};
 use envbridge::workflow::Sources;
 use envbridge::workflow::expr::{CallSite, Engine, Lookup};
 use envbridge::workflow::{load, yaml};
@@ -130,11 +130,15 @@ fn corpus_resources_cleanup_renders_with_a_site_profile() {
             ("O2_PARTITION", "2oDvieFrVTi"),
             ("O2_ROLE", "flp001"),
             ("O2_SYSTEM", "FLP"),
-            ("OCC_CONTROL_PORT", &*roc.control_port.to_string()),
         ]
     );
-    // Two tasks on one node: distinct control ports.
-    assert_ne!(tasks[0].control_port, tasks[1].control_port);
+    assert_eq!(
+        (roc.control_mode, roc.control_port),
+        (ControlMode::Basic, 0),
+        "a basic task (no trigger here) has no control port, as in the anchor"
+    );
+    // Neither task speaks the control protocol: neither takes a control port.
+    assert_eq!((tasks[0].control_port, tasks[1].control_port), (0, 0));
     // --set disables a role.
     let mut req2 = req.clone();
     req2.sets
@@ -462,15 +466,49 @@ fn error_expression_does_not_parse() {
     c.expect("w.yaml", "w.yaml", 8, 16, "does not parse");
 }
 
+/// The anchor drops a role whose `enabled` names an undefined variable (its evaluation error
+/// is swallowed); envbridge does the same (with a warning in its log), and reads `enabled` as
+/// the anchor does: only `true` or `1` enable.
+#[test]
+fn enabled_as_the_anchor_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("tasks")).unwrap();
+    std::fs::write(
+        dir.path().join("tasks/t.yaml"),
+        "control:\n  mode: basic\ncommand:\n  value: x\n",
+    )
+    .unwrap();
+    let role = |name: &str, en: &str| {
+        format!(
+            "      - name: {name}\n        enabled: \"{en}\"\n        task:\n          load: t\n"
+        )
+    };
+    let wf = format!(
+        "name: w\n{HOST}{}{}{}{}{}",
+        role("undefined", "{{ nope == 'x' }}"),
+        role("yes", "yes"),
+        role("one", "{{ 1 }}"),
+        role("upper", " TRUE "),
+        role("falsy", "{{ strings.IsFalsy('') && false }}"),
+    );
+    std::fs::write(dir.path().join("w.yaml"), wf).unwrap();
+    let req = RenderRequest {
+        sources: Sources {
+            tasks_dir: dir.path().join("tasks"),
+            ..Default::default()
+        },
+        workflow: dir.path().join("w.yaml"),
+        env_id: Some("E".into()),
+        ..RenderRequest::default()
+    };
+    let r = plan::render(&req).unwrap_or_else(|e| panic!("{e}"));
+    let paths: Vec<&str> = r.tasks().map(|t| t.path.as_str()).collect();
+    assert_eq!(paths, ["w.h.one", "w.h.upper"]);
+}
+
 #[test]
 fn error_unknown_variable_and_function() {
     let c = Case::new(&[
-        (
-            "v.yaml",
-            &format!(
-                "name: w\n{HOST}      - name: a\n        enabled: \"{{{{ nope == 'x' }}}}\"\n        task:\n          load: t\n"
-            ),
-        ),
         (
             "f.yaml",
             &format!(
@@ -485,13 +523,12 @@ fn error_unknown_variable_and_function() {
         ),
     ]);
     c.expect(
-        "v.yaml",
-        "v.yaml",
+        "f.yaml",
+        "f.yaml",
         9,
         19,
-        "unknown variable or function `nope`",
+        "unknown function `inventory.Detector`",
     );
-    c.expect("f.yaml", "f.yaml", 9, 19, "inventory");
     c.expect("b.yaml", "b.yaml", 8, 18, "unknown variable `missing`");
 }
 

@@ -107,7 +107,8 @@ pub fn task_record(r: &Roster, task: &Task) -> TaskRecord {
 
 /// The ports a task occupies on its node: its control port and every TCP port it binds.
 pub fn task_ports(t: &TaskRef) -> Vec<u16> {
-    let mut ports = vec![t.control_port];
+    // Hook and basic tasks have no control port (0).
+    let mut ports: Vec<u16> = [t.control_port].into_iter().filter(|p| *p != 0).collect();
     for (k, v) in &t.channels {
         if !k.ends_with(".address") {
             continue;

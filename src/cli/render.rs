@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use envbridge::plan::{self, RenderRequest};
 use envbridge::workflow::Sources;
+use envbridge::workflow::store::ConfigStore;
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -31,6 +33,10 @@ pub struct RenderArgs {
     /// Site profile (variables the anchor keeps in its configuration store); repeatable.
     #[arg(long, value_name = "FILE")]
     pub defaults: Vec<PathBuf>,
+    /// The site's configuration store, in the anchor's layout (site variables, inventory,
+    /// component configuration); its variables win over `--defaults`.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// A variable, highest priority; repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_set)]
     pub sets: Vec<(String, String)>,
@@ -53,7 +59,18 @@ fn parse_set(s: &str) -> Result<(String, String), String> {
 }
 
 pub fn run(a: RenderArgs) -> ExitCode {
+    let store = match &a.config {
+        Some(path) => match ConfigStore::load(path) {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Arc::new(ConfigStore::empty()),
+    };
     let req = RenderRequest {
+        store,
         sources: Sources {
             tasks_dir: a.tasks,
             workflows_dir: a.workflows,

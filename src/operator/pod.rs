@@ -155,7 +155,9 @@ fn merged_env(template_env: Vec<EnvVar>, tref: &TaskRef, s: &PodSettings) -> Vec
     let home = format!("{}/{}", s.home_base.trim_end_matches('/'), user);
     upsert(plain("USER", user));
     upsert(plain("HOME", home));
-    upsert(plain("OCC_CONTROL_PORT", tref.control_port.to_string()));
+    if tref.control_port != 0 {
+        upsert(plain("OCC_CONTROL_PORT", tref.control_port.to_string()));
+    }
     upsert(plain(
         "ENVBRIDGE_CONTROL_MODE",
         mode_name(tref.control_mode).into(),

@@ -43,6 +43,7 @@ pub use view::{TaskView, tasks_json};
 use crate::workflow::error::{Error, Loc};
 use crate::workflow::expand::{self, HookInstance};
 use crate::workflow::expr::Engine;
+use crate::workflow::store::ConfigStore;
 use crate::workflow::{self as wf, Sources};
 
 /// An invalid input, displayed as `FILE:LINE:COLUMN: message`.
@@ -67,6 +68,8 @@ pub struct RenderRequest {
     pub workflow: PathBuf,
     /// `--set KEY=VALUE`: the highest-priority variables.
     pub sets: Vec<(String, String)>,
+    /// The site's configuration store (site variables, inventory, component configuration).
+    pub store: Arc<ConfigStore>,
     /// Seeds every derived name; default: a hash of the workflow's name.
     pub env_id: Option<String>,
     /// Namespace of the objects (none: left to the applier).
@@ -89,6 +92,7 @@ impl Default for RenderRequest {
             sources: Sources::default(),
             workflow: PathBuf::new(),
             sets: Vec::new(),
+            store: Arc::new(ConfigStore::empty()),
             env_id: None,
             namespace: None,
             system: "FLP".to_string(),
@@ -152,7 +156,7 @@ pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
 /// [`build`] with up to `cores` threads.
 fn build_on(req: &RenderRequest, cores: usize) -> Result<Plan, RenderError> {
     let path = workflow_path(req)?;
-    let engine = Engine::new();
+    let engine = Engine::with_store(req.store.clone());
     let env_id = match &req.env_id {
         Some(id) => id.clone(),
         None => names::default_env_id(
@@ -176,6 +180,11 @@ fn build_on(req: &RenderRequest, cores: usize) -> Result<Plan, RenderError> {
     let mut book = ports::PortBook::new(&req.reserved_ports);
     let mut control = Vec::with_capacity(resolved.len());
     for t in &resolved {
+        // Hook and basic tasks speak no control protocol: no control port (the anchor's 0).
+        if !t.mode.has_protocol() {
+            control.push(0);
+            continue;
+        }
         let port = book.take(&t.node, &req.control_ports).ok_or_else(|| {
             Error::new(
                 &t.loc,
@@ -258,7 +267,7 @@ impl TaskStrings {
                 "--control-port",
             ]
             .map(Arc::from),
-            default_plugin: Arc::from("$(CONTROL_OCCPLUGIN_ROOT)/lib/"),
+            default_plugin: Arc::from("$CONTROL_OCCPLUGIN_ROOT/lib/"),
             ports: FastMap::default(),
             node: None,
         }
@@ -345,7 +354,9 @@ fn task_ref(
     strings: &mut TaskStrings,
 ) -> TaskRef {
     let mut env = t.env;
-    let has = |env: &[EnvVar], n: &str| env.iter().any(|e| &*e.name == n);
+    // The anchor's rule: a default is added unless an entry's name starts with its name.
+    let has = |env: &[EnvVar], n: &str| env.iter().any(|e| e.name.starts_with(n));
+    let port_text = strings.port(port);
     if !has(&env, "O2_ROLE") {
         env.push(EnvVar {
             name: strings.o2_role.clone(),
@@ -358,24 +369,24 @@ fn task_ref(
             value: strings.system.clone(),
         });
     }
-    env.retain(|e| &*e.name != "OCC_CONTROL_PORT");
-    let port_text = strings.port(port);
-    env.push(EnvVar {
-        name: strings.occ_control_port.clone(),
-        value: port_text.clone(),
-    });
+    if t.mode.has_protocol() {
+        env.retain(|e| &*e.name != "OCC_CONTROL_PORT");
+        env.push(EnvVar {
+            name: strings.occ_control_port.clone(),
+            value: port_text.clone(),
+        });
+    }
     let mut args = t.args;
     if t.mode == ControlMode::Fairmq {
-        // What the anchor adds to FairMQ devices: id, OCC plugin, control port.
-        let plugin = t
-            .occ_plugin_dir
-            .unwrap_or_else(|| strings.default_plugin.clone());
+        // What the anchor adds to FairMQ devices: the id (unless given), the OCC plugin, the
+        // control port. The plugin path is the anchor's, for the process's shell to expand.
         let [id_flag, s, p, occlite, color, no, control_port] = strings.fairmq.clone();
+        if !args.iter().any(|a| &**a == "--id") {
+            args.extend([id_flag, Arc::from(t.id.as_str())]);
+        }
         args.extend([
-            id_flag,
-            Arc::from(t.id.as_str()),
             s,
-            plugin,
+            strings.default_plugin.clone(),
             p,
             occlite,
             color,
@@ -403,5 +414,6 @@ fn task_ref(
         trigger: t.trigger,
         r#await: t.r#await,
         timeout_seconds: t.timeout_seconds,
+        properties: t.properties,
     }
 }

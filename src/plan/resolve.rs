@@ -45,7 +45,8 @@ pub struct ResolvedTask {
     pub user: Option<String>,
     pub env: Vec<EnvVar>,
     pub args: Vec<Arc<str>>,
-    pub occ_plugin_dir: Option<Arc<str>>,
+    /// CONFIGURE-time properties besides channels.
+    pub properties: BTreeMap<String, String>,
     pub bind: Vec<Arc<EvalChannel>>,
     pub connect: Vec<Arc<EvalChannel>>,
     pub trigger: Option<String>,
@@ -190,7 +191,7 @@ fn resolve_fields(
         |tmpl: &Option<Template>| -> Result<Option<String>> { tmpl.as_ref().map(ev).transpose() };
 
     let mode_text = ev(&class.mode)?;
-    let mode = control_mode(mode_text.trim()).ok_or_else(|| {
+    let class_mode = control_mode(mode_text.trim()).ok_or_else(|| {
         Error::new(
             &class.mode.loc,
             format!(
@@ -200,6 +201,12 @@ fn resolve_fields(
         )
     })?;
 
+    let trigger = opt(&t.spec.trigger)?.filter(|s| !s.trim().is_empty());
+    // The anchor: a basic task with a trigger is a hook.
+    let mode = match class_mode {
+        ControlMode::Basic if trigger.is_some() => ControlMode::Hook,
+        m => m,
+    };
     let mut env = Vec::with_capacity(class.command.env.len() + 3);
     for e in &class.command.env {
         env.push(match task.reuse.env(t, &task.own, e, path) {
@@ -226,6 +233,8 @@ fn resolve_fields(
         None => true,
     };
     let timeout_seconds = match &t.spec.timeout {
+        // The anchor's default for a hook: 30 s.
+        None if trigger.is_some() => Some(30),
         Some(tm) => {
             let text = ev(tm)?;
             Some(parse_duration(&text).ok_or_else(|| {
@@ -263,13 +272,39 @@ fn resolve_fields(
         user,
         env,
         args,
-        occ_plugin_dir: scope.var("occ_plugin_dir")?,
+        properties: properties(task, t, mode, env_id)?,
         bind,
         connect,
-        trigger: opt(&t.spec.trigger)?.filter(|s| !s.is_empty()),
-        r#await: opt(&t.spec.r#await)?.filter(|s| !s.is_empty()),
+        // The anchor: a hook is awaited at its trigger unless it says otherwise.
+        r#await: opt(&t.spec.r#await)?
+            .filter(|s| !s.is_empty())
+            .or_else(|| trigger.clone()),
+        trigger,
         timeout_seconds,
     })
+}
+
+/// What the anchor sends at CONFIGURE besides channels: `environment_id`, the class's
+/// `properties`, and `orbit-reset-time` where `pdp_override_run_start_time` is defined.
+/// Tasks without a control protocol get none.
+fn properties(
+    task: &TaskEval,
+    t: &TaskInstance,
+    mode: ControlMode,
+    env_id: &str,
+) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    if !mode.has_protocol() {
+        return Ok(out);
+    }
+    out.insert("environment_id".to_string(), env_id.to_string());
+    for (k, v) in &t.class.properties {
+        out.insert(k.to_string(), task.eval(v, &t.path)?);
+    }
+    if let Some(v) = task.scope.var("pdp_override_run_start_time")? {
+        out.insert("orbit-reset-time".to_string(), v.to_string());
+    }
+    Ok(out)
 }
 
 /// Class channels, then the role's: a role channel replaces a class channel of the same name.

@@ -28,6 +28,13 @@ pub enum ControlMode {
     Hook,
 }
 
+impl ControlMode {
+    /// Direct and FairMQ tasks are driven over the control protocol (and get a control port).
+    pub fn has_protocol(self) -> bool {
+        matches!(self, ControlMode::Direct | ControlMode::Fairmq)
+    }
+}
+
 // Strings that many tasks hold alike (env, arguments, channel keys and values) are shared
 // (`Arc<str>`): a class's value is made once per render, not once per task. (Plain comment:
 // doc comments become the CRD's descriptions.)
@@ -79,6 +86,10 @@ pub struct TaskRef {
     /// Per-transition deadline for this task, seconds (the role's `timeout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u32>,
+    /// CONFIGURE-time properties besides channels (`environment_id`, the class's
+    /// `properties`), as the anchor sends them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, String>,
 }
 
 impl TaskRef {

@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{EnvVar, TaskRef};
+use super::{ControlMode, EnvVar, TaskRef};
 
-/// `{"node", "path", "class", "name", "env", "args", "controlPort", "channels"}`.
+/// `{"node", "path", "class", "name", "env", "args", "controlPort", "channels", "command",
+/// "shell", "user", "controlMode", "critical", "properties"}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskView<'a> {
@@ -19,6 +20,15 @@ pub struct TaskView<'a> {
     pub args: &'a [Arc<str>],
     pub control_port: u16,
     pub channels: &'a BTreeMap<Arc<str>, Arc<str>>,
+    /// The launch and control facts: the resolved command line, whether it is a shell line,
+    /// the user, the control mode, whether a failure fails the environment, and the
+    /// CONFIGURE-time properties besides channels.
+    pub command: &'a str,
+    pub shell: bool,
+    pub user: &'a str,
+    pub control_mode: ControlMode,
+    pub critical: bool,
+    pub properties: &'a BTreeMap<String, String>,
 }
 
 impl<'a> From<&'a TaskRef> for TaskView<'a> {
@@ -32,6 +42,12 @@ impl<'a> From<&'a TaskRef> for TaskView<'a> {
             args: &t.args,
             control_port: t.control_port,
             channels: &t.channels,
+            command: &t.command,
+            shell: t.shell,
+            user: t.user.as_deref().unwrap_or(""),
+            control_mode: t.control_mode,
+            critical: t.critical,
+            properties: &t.properties,
         }
     }
 }

@@ -138,8 +138,8 @@ pub struct Expanded {
     pub name: String,
     pub tasks: Vec<TaskInstance>,
     pub hooks: Vec<HookInstance>,
-    /// Site profiles, lowest first.
-    pub site: Vec<Layer>,
+    /// Site variables: profiles and the configuration store.
+    pub site: Site,
     /// `--set` values.
     pub sets: Layer,
     pub environment_id: Arc<str>,
@@ -166,25 +166,38 @@ impl Expanded {
     }
 }
 
-/// The cascade, lowest priority first (docs/workflow-language.md): class defaults, site
-/// profiles, role defaults (root first), class vars, role vars (root first), `--set`. Without
-/// a class (a role's own values) the class layers are left out. Class values are relative to
-/// the task itself: the scope's home (`at: None`).
+/// The site's variables, beneath the workflow's: the anchor's global defaults and vars.
+#[derive(Clone, Debug, Default)]
+pub struct Site {
+    /// Site profiles (`--defaults`, in order), then the store's `o2/runtime/aliecs/defaults`.
+    pub defaults: Vec<Layer>,
+    /// The store's `o2/runtime/aliecs/vars`.
+    pub vars: Vec<Layer>,
+}
+
+/// The cascade, lowest priority first (docs/workflow-language.md), in the anchor's order:
+/// every kind flattened over the whole ancestry, then the kinds layered. Class vars, class
+/// defaults, site defaults, role defaults (root first), site vars, role vars (root first, each
+/// role's iterator variable right after its vars), `--set`. Without a class (a role's own
+/// values) the class layers are left out. Class values are relative to the task itself: the
+/// scope's home (`at: None`).
 pub fn cascade<'a>(
     class: Option<&'a TaskClass>,
-    site: &'a [Layer],
+    site: &'a Site,
     frames: &[&'a Frame],
     sets: &'a Layer,
 ) -> Vec<LayerRef<'a>> {
-    let mut layers = Vec::with_capacity(4 + site.len() + 2 * frames.len());
+    let mut layers =
+        Vec::with_capacity(4 + site.defaults.len() + site.vars.len() + 2 * frames.len());
+    layers.extend(class.map(|c| LayerRef::new(&c.vars, None)));
     layers.extend(class.map(|c| LayerRef::new(&c.defaults, None)));
-    layers.extend(site.iter().map(Layer::borrow));
+    layers.extend(site.defaults.iter().map(Layer::borrow));
     layers.extend(
         frames
             .iter()
             .flat_map(|f| f.defaults.iter().map(Layer::borrow)),
     );
-    layers.extend(class.map(|c| LayerRef::new(&c.vars, None)));
+    layers.extend(site.vars.iter().map(Layer::borrow));
     layers.extend(frames.iter().flat_map(|f| f.vars.iter().map(Layer::borrow)));
     layers.push(sets.borrow());
     layers
@@ -211,10 +224,15 @@ pub fn expand(
     environment_id: &str,
 ) -> Result<Expanded> {
     let wf = load::load_workflow(workflow)?;
-    let mut site = Vec::new();
+    let mut site = Site::default();
     for f in &sources.defaults_files {
-        site.push(Layer::new(&load::load_defaults(f)?, None));
+        site.defaults
+            .push(Layer::new(&load::load_defaults(f)?, None));
     }
+    // The store wins over the profiles where both set a variable.
+    let store = engine.store();
+    site.defaults.push(Layer::new(store.defaults(), None));
+    site.vars.push(Layer::new(store.vars(), None));
     let set_file: Arc<str> = Arc::from("--set");
     let mut set_vars = HashMap::new();
     for (i, (k, v)) in sets.iter().enumerate() {
@@ -258,7 +276,7 @@ struct Expander<'e> {
     engine: &'e Engine,
     tasks_dir: PathBuf,
     workflows_dir: PathBuf,
-    site: Vec<Layer>,
+    site: Site,
     sets: Layer,
     env_id: Arc<str>,
     classes: FastMap<String, Arc<TaskClass>>,
@@ -296,6 +314,16 @@ impl<'e> Expander<'e> {
         };
         let items: Vec<Option<Layer>> = match &role.r#for {
             None => vec![None],
+            // The anchor's parent keeps an iterator by its template's raw `enabled`: one that
+            // is an expression (not literally true or 1) drops every role it generates.
+            Some(_)
+                if role
+                    .enabled
+                    .as_ref()
+                    .is_some_and(|en| !en.as_literal().is_some_and(is_enabled_text)) =>
+            {
+                return Ok(Vec::new());
+            }
             Some(f) => {
                 let ctx = with_own(parent, &parent_path, None);
                 let text = self.scope(&ctx, &parent_path).eval_here(&f.range)?;
@@ -338,15 +366,29 @@ impl<'e> Expander<'e> {
                 path: Some(path.clone()),
                 chain: parent.chain.with(RoleVars::of(role), iter.as_ref(), &path),
             };
-            if let Some(en) = &role.enabled {
-                let v = self.scope(&ctx, &path).eval_here(en)?;
-                if is_falsy(&v) {
-                    continue;
-                }
+            if let Some(en) = &role.enabled
+                && !self.enabled(en, &ctx, &path)?
+            {
+                continue;
             }
             out.push(Instance { role, name, ctx });
         }
         Ok(out)
+    }
+
+    /// A role's `enabled`, as the anchor reads it: true when it evaluates to `true` or `1`
+    /// (trimmed, any case). One whose evaluation fails names a variable or function the
+    /// role's scope lacks: the anchor drops such a role silently; envbridge drops it too,
+    /// with a warning in its log, except where the failure is a broken expression.
+    fn enabled(&self, en: &Template, ctx: &Ctx, path: &Arc<str>) -> Result<bool> {
+        match self.scope(ctx, path).eval_here(en) {
+            Ok(v) => Ok(is_enabled_text(&v)),
+            Err(e) if e.message.contains("unknown variable") => {
+                tracing::warn!(role = %path, error = %e, "`enabled` names an undefined variable: role disabled, as the anchor does");
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn walk(&mut self, kind: &RoleKind, ctx: &Ctx, role: &Role) -> Result<()> {
@@ -405,9 +447,13 @@ impl<'e> Expander<'e> {
                     Some(t) => !is_falsy(&scope.eval_here(t)?),
                     None => true,
                 };
+                // `func` is an expression without braces, run at the call's trigger.
+                let func = scope.eval_here(&call.func)?;
+                super::expr::check(&func, super::expr::Dialect::Call)
+                    .map_err(|m| Error::new(&call.func.loc, format!("call `func`: {m}")))?;
                 self.hooks.push(HookInstance {
                     path: path.to_string(),
-                    func: scope.eval_here(&call.func)?,
+                    func,
                     trigger: opt(&call.trigger)?,
                     r#await: opt(&call.r#await)?,
                     critical,
@@ -481,11 +527,19 @@ impl<'e> Expander<'e> {
     }
 }
 
-/// A JSON list of strings or numbers (how the anchor passes `hosts`).
+/// The anchor's `enabled` rule: `true` or `1`, trimmed, any case.
+pub fn is_enabled_text(v: &str) -> bool {
+    matches!(v.trim().to_lowercase().as_str(), "true" | "1")
+}
+
+/// A JSON list of strings or numbers (how the anchor passes `hosts`); `null` is an empty list
+/// (what the anchor's `inventory.CRUCardsForHost` gives a host without cards).
 fn parse_range(text: &str) -> Option<Vec<String>> {
     let v: serde_json::Value = serde_json::from_str(text.trim()).ok()?;
-    let serde_json::Value::Array(items) = v else {
-        return None;
+    let items = match v {
+        serde_json::Value::Array(items) => items,
+        serde_json::Value::Null => Vec::new(),
+        _ => return None,
     };
     items
         .into_iter()

@@ -1,30 +1,30 @@
-//! The expression engine: CEL (the `cel` crate) with the functions workflows use.
+//! The expression engine: the anchor's expression language, expr (the `expr-lang` crate, with
+//! Go-compatible semantics), and the anchor's function library ([`super::funcs`]).
 //!
-//! Why CEL: it is the Kubernetes ecosystem's expression language, well kept, and covers the
-//! syntax in the corpus (ternary, `== != && || !`, `+` on strings, comparisons, calls, `in`).
-//! Added functions: `len`, `strings.IsFalsy`, `strings.ToLower`, `strings.ToUpper`,
-//! `strings.TrimSpace`, `uid.New`, `Parent()`, `Up(n)` (maps with `.Path`).
+//! Why expr: the anchor evaluates every `{{ }}` with expr-lang, so its syntax (infix
+//! `contains`, `in`, `matches`, `??`, ternaries) and coercions come with it; results are
+//! written as the anchor writes them ([`super::gofmt`]: Go's `%v`, lists as JSON).
 //!
 //! Safety: expressions are bounded in size and nesting BEFORE the parser sees them (the parser
-//! is recursive), and parsing and execution run under `catch_unwind`. Compiled programs are
-//! cached by source identity (the shared text of a template: one lookup by address per use,
-//! by text only the first time); pure expressions (no `Parent`, `Up`, `uid.New`) are memoised
-//! by the values of the variables they name, since most tasks of a class evaluate the same thing.
+//! is recursive); a token scan ([`super::expr_scan`]) names the variables and functions, and
+//! refuses unknown functions and the builtins that loop or allocate without bound (predicates
+//! such as `map`/`filter`, `repeat`, ranges); parsing and execution run under `catch_unwind`.
+//! Compiled programs are cached by source identity; pure expressions (no `Parent`, `Up`,
+//! `uid.New`, no variable read by name) are memoised by the values of the variables they name.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 
-use cel::common::value::CowVal;
-use cel::context::VariableResolver;
-use cel::objects::Map;
-use cel::{Context, ExecutionError, FunctionContext, Program, Value};
+use expr::{Context, Environment, Program, Value};
 use sha2::{Digest, Sha256};
 
 use super::error::{Error, Loc, Result};
 use super::model::FastMap;
+use super::store::ConfigStore;
 use super::template::MAX_EXPR_LEN;
+use super::{expr_scan, funcs, gofmt};
 
 /// Deepest bracket nesting accepted in an expression.
 pub const MAX_NESTING: usize = 24;
@@ -34,9 +34,6 @@ const MAX_PREFIX_RUN: usize = 8;
 pub const MAX_VALUE: usize = 256 * 1024;
 /// Most distinct (expression, inputs) results kept.
 const MEMO_LIMIT: usize = 200_000;
-
-/// Names that are function namespaces, never variables.
-const NAMESPACES: &[&str] = &["strings", "uid"];
 
 /// Where an expression was written: what `Parent()`, `Up(n)` and `uid.New()` are relative to.
 #[derive(Clone, Debug)]
@@ -105,6 +102,7 @@ pub trait Lookup {
     fn lookup(&self, name: &str) -> Result<Option<Arc<str>>>;
 }
 
+#[derive(Clone)]
 struct Compiled {
     id: usize,
     program: Program,
@@ -167,15 +165,27 @@ type ByAddr = FastMap<usize, (Arc<str>, Arc<Compiled>)>;
 /// thread meets it first).
 type Programs = Arc<Mutex<HashMap<Arc<str>, Arc<Compiled>>>>;
 
+/// Most rounds of looking up variables that an expression reads by name.
+const MAX_BY_NAME_ROUNDS: usize = 16;
+
 thread_local! {
     static CALL_SITES: RefCell<Vec<CallSite>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Which functions an expression may call: outside `call:` roles, or inside (plugin
+/// functions too, never run by a render).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Template,
+    Call,
+}
+
 /// Compiles and evaluates expressions; one per render and thread. The engines of one render
-/// share their compiled programs ([`Engine::sharing_programs`]); evaluation caches are
-/// per engine.
+/// share their compiled programs and function library ([`Engine::sharing_programs`]);
+/// evaluation caches are per engine.
 pub struct Engine {
-    root: Context<'static, 'static>,
+    env: Arc<Environment<'static>>,
+    store: Arc<ConfigStore>,
     compiled: Programs,
     /// By the address of the source's shared text; the entry holds that `Arc`, so the address
     /// cannot be reused by another text while the engine lives.
@@ -190,33 +200,60 @@ impl Default for Engine {
 }
 
 impl Engine {
+    /// An engine with an empty configuration store.
     pub fn new() -> Self {
-        Self::with_programs(Programs::default())
+        Self::with_store(Arc::new(ConfigStore::empty()))
+    }
+
+    /// An engine whose `inventory.*`, `config.*` and `runtime.*` read `store`.
+    pub fn with_store(store: Arc<ConfigStore>) -> Self {
+        let mut env = Environment::new();
+        funcs::register(&mut env, &store);
+        env.add_function("uid__New", |c| {
+            if !c.args.is_empty() {
+                return Err(expr::Error::ExprError("uid.New takes no argument".into()));
+            }
+            let site = current_site().ok_or_else(|| expr_error("uid.New: no context"))?;
+            Ok(Value::String(site.uid_seed.short_id()))
+        });
+        env.add_function("NewID", |_| {
+            let site = current_site().ok_or_else(|| expr_error("NewID: no context"))?;
+            Ok(Value::String(site.uid_seed.short_id()))
+        });
+        env.add_function("Parent", |c| {
+            if !c.args.is_empty() {
+                return Err(expr_error("Parent takes no argument"));
+            }
+            up(1)
+        });
+        env.add_function("Up", |c| match c.args.as_slice() {
+            [Value::Integer(n)] => up(*n),
+            _ => Err(expr_error("Up takes one integer argument")),
+        });
+        Engine {
+            env: Arc::new(env),
+            store,
+            compiled: Programs::default(),
+            by_addr: RefCell::default(),
+            memo: RefCell::default(),
+        }
     }
 
     /// A new engine (for another thread) that reuses the programs this one compiled, and
     /// shares those it compiles from now on.
     pub fn sharing_programs(&self) -> Self {
-        Self::with_programs(self.compiled.clone())
-    }
-
-    fn with_programs(compiled: Programs) -> Self {
-        let mut root = Context::default();
-        // Registration only fails on a name clash with the standard library: none of these.
-        let _ = root.add_function("len", len);
-        let _ = root.add_function("strings.IsFalsy", |s: Arc<String>| is_falsy(&s));
-        let _ = root.add_function("strings.ToLower", |s: Arc<String>| s.to_lowercase());
-        let _ = root.add_function("strings.ToUpper", |s: Arc<String>| s.to_uppercase());
-        let _ = root.add_function("strings.TrimSpace", |s: Arc<String>| s.trim().to_string());
-        let _ = root.add_function("uid.New", uid_new);
-        let _ = root.add_function("Parent", |ftx: &FunctionContext| up(ftx, 1));
-        let _ = root.add_function("Up", |ftx: &FunctionContext, n: i64| up(ftx, n));
         Engine {
-            root,
-            compiled,
+            env: self.env.clone(),
+            store: self.store.clone(),
+            compiled: self.compiled.clone(),
             by_addr: RefCell::default(),
             memo: RefCell::default(),
         }
+    }
+
+    /// The configuration store the engine's functions read.
+    pub fn store(&self) -> &Arc<ConfigStore> {
+        &self.store
     }
 
     fn compile(&self, src: &Arc<str>, loc: &Loc) -> Result<Arc<Compiled>> {
@@ -242,61 +279,15 @@ impl Engine {
         if let Some(c) = compiled.get(src) {
             return Ok(c.clone());
         }
-        check_shape(src).map_err(|m| Error::new(loc, m))?;
-        let parsed = catch_unwind(AssertUnwindSafe(|| Program::compile(src)));
-        let program = match parsed {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => {
-                let msg = e.to_string();
-                let first = msg
-                    .lines()
-                    .next()
-                    .unwrap_or("syntax error")
-                    .trim()
-                    .to_string();
-                return Err(Error::new(
-                    loc,
-                    format!("expression `{src}` does not parse: {first}"),
-                ));
-            }
-            Err(_) => {
-                return Err(Error::new(
-                    loc,
-                    format!("expression `{src}` does not parse"),
-                ));
-            }
-        };
-        let refs = program.references();
-        let mut vars: Vec<String> = refs
-            .variables()
-            .into_iter()
-            .filter(|v| !NAMESPACES.contains(v))
-            .map(str::to_string)
-            .collect();
-        vars.sort();
-        vars.dedup();
-        let pure = !refs
-            .functions()
-            .iter()
-            .any(|f| matches!(*f, "Parent" | "Up" | "New"));
-        let id = compiled.len();
-        let shortcut = match vars.is_empty() {
-            true => Shortcut::of(src),
-            false => None,
-        };
-        let c = Arc::new(Compiled {
-            id,
-            program,
-            vars,
-            pure,
-            shortcut,
-        });
+        let mut c = compile_source(src, Dialect::Template).map_err(|m| Error::new(loc, m))?;
+        c.id = compiled.len();
+        let c = Arc::new(c);
         compiled.insert(src.clone(), c.clone());
         Ok(c)
     }
 
     /// Whether an expression's value depends only on the variables it names: no `Parent()`,
-    /// `Up(n)` or `uid.New()`, which read where it is evaluated.
+    /// `Up(n)`, `uid.New()` or variable read by name, which depend on where it is evaluated.
     pub fn context_free(&self, src: &Arc<str>, loc: &Loc) -> Result<bool> {
         let c = self.compile(src, loc)?;
         Ok(c.pure && c.shortcut.is_none())
@@ -336,7 +327,7 @@ impl Engine {
                 out.push_str(&v);
                 return Ok(());
             }
-            let text = self.run(&c, src, loc, &[], &site)?;
+            let text = self.run(&c, src, loc, &[], lookup, &site)?;
             out.push_str(&text);
             return Ok(());
         }
@@ -360,7 +351,7 @@ impl Engine {
             }
             None => None,
         };
-        let text = self.run(&c, src, loc, &values, &site())?;
+        let text = self.run(&c, src, loc, &values, lookup, &site())?;
         out.push_str(&text);
         if let Some(key) = key {
             let mut memo = self.memo.borrow_mut();
@@ -377,27 +368,50 @@ impl Engine {
         src: &str,
         loc: &Loc,
         values: &[Result<Option<Arc<str>>>],
+        lookup: &dyn Lookup,
         site: &CallSite,
     ) -> Result<String> {
-        let resolver = Resolver {
-            names: &c.vars,
-            values,
-            needed: Mutex::new(None),
-        };
-        let result = {
-            let mut scope = self.root.new_inner_scope();
-            scope.set_variable_resolver(&resolver);
-            CALL_SITES.with(|s| s.borrow_mut().push(site.clone()));
-            let result = catch_unwind(AssertUnwindSafe(|| c.program.execute(&scope)));
-            CALL_SITES.with(|s| s.borrow_mut().pop());
-            result
-        };
-        if let Some(inner) = resolver.needed.lock().ok().and_then(|mut g| g.take()) {
-            return Err(inner);
+        // Variables that are defined become strings (as in the anchor); an undefined or failed
+        // one is left out, and reported only if the program reads it.
+        let mut ctx = Context::default();
+        let mut failed: Vec<(&str, &Error)> = Vec::new();
+        for (name, v) in c.vars.iter().zip(values) {
+            match v {
+                Ok(Some(v)) => ctx.insert(name.clone(), Value::String(v.to_string())),
+                Ok(None) => {}
+                Err(e) => failed.push((name, e)),
+            }
         }
+        let mut by_name: HashMap<String, Option<String>> = HashMap::new();
+        let mut rounds = 0;
+        let result = loop {
+            let (result, wanted) = funcs::with_vars_by_name(by_name.clone(), || {
+                CALL_SITES.with(|s| s.borrow_mut().push(site.clone()));
+                let r = catch_unwind(AssertUnwindSafe(|| self.env.run(&c.program, &ctx)));
+                CALL_SITES.with(|s| s.borrow_mut().pop());
+                r
+            });
+            if wanted.is_empty() || rounds >= MAX_BY_NAME_ROUNDS {
+                break result;
+            }
+            rounds += 1;
+            for name in wanted {
+                let v = lookup.lookup(&name)?;
+                by_name.insert(name, v.map(|v| v.to_string()));
+            }
+        };
         let value = match result {
             Ok(Ok(v)) => v,
-            Ok(Err(e)) => return Err(Error::new(loc, describe(src, &e))),
+            Ok(Err(e)) => {
+                let text = e.to_string();
+                // A variable that failed to evaluate: its own error is the cause.
+                if let Some(name) = text.strip_prefix("unknown variable: ")
+                    && let Some((_, e)) = failed.iter().find(|(n, _)| *n == name.trim())
+                {
+                    return Err((*e).clone());
+                }
+                return Err(Error::new(loc, describe(src, &text)));
+            }
             Err(_) => {
                 return Err(Error::new(
                     loc,
@@ -405,24 +419,64 @@ impl Engine {
                 ));
             }
         };
-        if let Value::String(text) = &value
-            && text.len() > MAX_VALUE
-        {
+        let text = gofmt::result_text(&value);
+        if text.len() > MAX_VALUE {
             return Err(Error::new(
                 loc,
                 format!("expression `{src}` gives a value longer than {MAX_VALUE} bytes"),
             ));
         }
-        to_text(&value).ok_or_else(|| {
-            Error::new(
-                loc,
-                format!(
-                    "expression `{src}` gives {}, expected a string, number or boolean",
-                    type_name(&value)
-                ),
-            )
-        })
+        Ok(text)
     }
+}
+
+/// Checks and compiles one expression (no caching); the error is the message alone.
+fn compile_source(src: &str, dialect: Dialect) -> std::result::Result<Compiled, String> {
+    check_shape(src)?;
+    let known: &dyn Fn(&str) -> bool = match dialect {
+        Dialect::Template => &funcs::known,
+        Dialect::Call => &funcs::known_in_call,
+    };
+    let scan = expr_scan::scan(src, known).map_err(|m| format!("expression `{src}`: {m}"))?;
+    let parsed = catch_unwind(AssertUnwindSafe(|| expr::compile(&scan.rewritten)));
+    let program = match parsed {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
+            let msg = e.to_string();
+            let first = msg
+                .lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty() && !l.starts_with("-->") && !l.starts_with('|'))
+                .unwrap_or("syntax error")
+                .to_string();
+            return Err(format!("expression `{src}` does not parse: {first}"));
+        }
+        Err(_) => return Err(format!("expression `{src}` does not parse")),
+    };
+    let contextual = scan.funcs.iter().any(|f| {
+        matches!(f.as_str(), "Parent" | "Up" | "uid.New" | "NewID")
+            || funcs::READS_VARIABLES.contains(&f.as_str())
+    });
+    let shortcut = match scan.vars.is_empty() {
+        true => Shortcut::of(src),
+        false => None,
+    };
+    Ok(Compiled {
+        id: 0,
+        program,
+        vars: scan.vars,
+        pure: !contextual,
+        shortcut,
+    })
+}
+
+/// Checks that `src` is an expression of the given dialect (parses, names known functions).
+pub fn check(src: &str, dialect: Dialect) -> std::result::Result<(), String> {
+    compile_source(src, dialect).map(|_| ())
+}
+
+fn expr_error(msg: impl Into<String>) -> expr::Error {
+    expr::Error::ExprError(msg.into())
 }
 
 /// Rejects what could drive the recursive parser too deep, before it runs.
@@ -437,7 +491,7 @@ fn check_shape(src: &str) -> std::result::Result<(), String> {
         if let Some(q) = quote {
             if escaped {
                 escaped = false;
-            } else if ch == '\\' {
+            } else if ch == '\\' && q != '`' {
                 escaped = true;
             } else if ch == q {
                 quote = None;
@@ -445,7 +499,7 @@ fn check_shape(src: &str) -> std::result::Result<(), String> {
             continue;
         }
         match ch {
-            '\'' | '"' => quote = Some(ch),
+            '\'' | '"' | '`' => quote = Some(ch),
             '(' | '[' | '{' => {
                 depth += 1;
                 max_depth = max_depth.max(depth);
@@ -453,7 +507,7 @@ fn check_shape(src: &str) -> std::result::Result<(), String> {
             ')' | ']' | '}' => depth = depth.saturating_sub(1),
             _ => {}
         }
-        if matches!(ch, '!' | '-') {
+        if matches!(ch, '!' | '-' | '+') {
             run += 1;
             max_run = max_run.max(run);
         } else if !ch.is_whitespace() {
@@ -472,175 +526,52 @@ fn check_shape(src: &str) -> std::result::Result<(), String> {
     }
     // Operators chain recursively too (`a ? b : c ? d : ...`, `a + b + ...`): bound their count.
     let ops = src
-        .matches(['?', '+', '&', '|', '=', '<', '>', '.', ','])
+        .matches([
+            '?', '+', '&', '|', '=', '<', '>', '.', ',', '*', '/', '%', '^',
+        ])
         .count();
     if ops > 256 {
         return Err("expression has too many operators".to_string());
     }
-    // Comprehensions (`.map(x, ...)`, nested) can loop without bound; workflows need none.
-    let bare = unquoted(src);
-    for m in [
-        "map",
-        "filter",
-        "all",
-        "exists",
-        "exists_one",
-        "transformList",
-        "transformMap",
-    ] {
-        if bare.contains(&format!(".{m}(")) {
-            return Err(format!(
-                "`{m}` comprehensions are not supported in workflow expressions"
-            ));
-        }
+    if src.contains("not ") && src.matches("not").count() > MAX_PREFIX_RUN {
+        return Err(format!(
+            "expression has more than {MAX_PREFIX_RUN} `not` operators"
+        ));
     }
     Ok(())
 }
 
-/// The source with string literals blanked out.
-fn unquoted(src: &str) -> String {
-    let mut out = String::with_capacity(src.len());
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    for ch in src.chars() {
-        match quote {
-            Some(q) => {
-                if escaped {
-                    escaped = false;
-                } else if ch == '\\' {
-                    escaped = true;
-                } else if ch == q {
-                    quote = None;
-                }
-                out.push(' ');
-            }
-            None => {
-                if ch == '\'' || ch == '"' {
-                    quote = Some(ch);
-                }
-                out.push(ch);
-            }
-        }
+fn describe(src: &str, text: &str) -> String {
+    if let Some(name) = text.strip_prefix("unknown variable: ") {
+        return format!("unknown variable `{}` in `{src}`", name.trim());
     }
-    out
-}
-
-fn describe(src: &str, e: &ExecutionError) -> String {
-    let text = e.to_string();
-    if let Some(name) = text
-        .strip_prefix("Undeclared reference to '")
-        .and_then(|r| r.split('\'').next())
-    {
-        return format!("unknown variable or function `{name}` in `{src}`");
-    }
-    if let Some(name) = text
-        .strip_prefix("Function '")
-        .and_then(|r| r.split('\'').next())
-    {
-        return format!("unknown function `{name}` in `{src}`");
-    }
+    // Namespaced functions are named as written, not as the engine calls them.
+    let text = text.replace(expr_scan::NS_SEP, ".");
     format!("expression `{src}`: {text}")
 }
 
-/// Serves the pre-resolved variables; remembers the first failed one the program reads.
-struct Resolver<'a> {
-    names: &'a [String],
-    values: &'a [Result<Option<Arc<str>>>],
-    needed: Mutex<Option<Error>>,
-}
-
-impl VariableResolver for Resolver<'_> {
-    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
-        let i = self.names.iter().position(|n| n == variable)?;
-        match self.values.get(i)? {
-            Ok(Some(v)) => string_val(v),
-            Ok(None) => None,
-            Err(e) => {
-                if let Ok(mut g) = self.needed.lock()
-                    && g.is_none()
-                {
-                    *g = Some(e.clone());
-                }
-                None
-            }
-        }
-    }
-}
-
-fn string_val<'b>(v: &str) -> Option<CowVal<'b, 'b>> {
-    let value = Value::String(Arc::new(v.to_string()));
-    value.try_into().ok().map(CowVal::Owned)
-}
-
-fn to_text(v: &Value) -> Option<String> {
-    Some(match v {
-        Value::String(s) => s.to_string(),
-        Value::Bool(b) => b.to_string(),
-        Value::Int(i) => i.to_string(),
-        Value::UInt(u) => u.to_string(),
-        Value::Float(f) => f.to_string(),
-        Value::Null => String::new(),
-        _ => return None,
-    })
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::List(_) => "a list",
-        Value::Map(_) => "a map",
-        _ => "a value",
-    }
-}
-
-/// Falsy strings (after trimming, case-insensitive): empty, `false`, `no`, `off`, `0`,
-/// `none`, `null`, `nil`.
+/// Falsy strings, as the anchor's `strings.IsFalsy` (after trimming, any case): empty,
+/// `false`, `no`, `n`, `0`, `off`, `none`.
 pub fn is_falsy(s: &str) -> bool {
-    matches!(
-        s.trim().to_ascii_lowercase().as_str(),
-        "" | "false" | "no" | "off" | "0" | "none" | "null" | "nil"
-    )
-}
-
-fn len(v: Value) -> std::result::Result<i64, ExecutionError> {
-    let n = match &v {
-        Value::String(s) => s.chars().count(),
-        Value::List(l) => l.len(),
-        Value::Map(m) => m.map.len(),
-        Value::Bytes(b) => b.len(),
-        Value::Null => 0,
-        _ => {
-            return Err(ExecutionError::function_error(
-                "len",
-                "expects a string, list or map",
-            ));
-        }
-    };
-    Ok(i64::try_from(n).unwrap_or(i64::MAX))
+    funcs::is_falsy(s)
 }
 
 fn current_site() -> Option<CallSite> {
     CALL_SITES.with(|s| s.borrow().last().cloned())
 }
 
-fn uid_new(_ftx: &FunctionContext) -> std::result::Result<Value, ExecutionError> {
-    let site =
-        current_site().ok_or_else(|| ExecutionError::function_error("uid.New", "no context"))?;
-    Ok(Value::String(Arc::new(site.uid_seed.short_id())))
-}
-
-fn up(_ftx: &FunctionContext, n: i64) -> std::result::Result<Value, ExecutionError> {
-    let site = current_site().ok_or_else(|| ExecutionError::function_error("Up", "no context"))?;
-    let n =
-        usize::try_from(n).map_err(|_| ExecutionError::function_error("Up", "negative level"))?;
+fn up(n: i64) -> std::result::Result<Value, expr::Error> {
+    let site = current_site().ok_or_else(|| expr_error("Up: no context"))?;
+    let n = usize::try_from(n).map_err(|_| expr_error("Up: negative level"))?;
     let path = ancestor(&site.role_path, n).ok_or_else(|| {
-        ExecutionError::function_error(
-            "Up",
-            format!("role `{}` has no ancestor {n} levels up", site.role_path),
-        )
+        expr_error(format!(
+            "role `{}` has no ancestor {n} levels up",
+            site.role_path
+        ))
     })?;
-    let mut map: HashMap<String, Value> = HashMap::new();
-    map.insert("Path".to_string(), Value::String(Arc::new(path)));
-    Ok(Value::Map(Map::from(map)))
+    let mut map = expr::__private::IndexMap::new();
+    map.insert("Path".to_string(), Value::String(path));
+    Ok(Value::Map(map))
 }
 
 /// The path `n` levels above `role_path` (`None`: there is none).
@@ -796,7 +727,7 @@ mod tests {
             ] {
                 let c = engine.compile(&Arc::from(src), &loc).unwrap();
                 let sc = c.shortcut.expect(src);
-                let by_program = engine.run(&c, src, &loc, &[], &site);
+                let by_program = engine.run(&c, src, &loc, &[], &Vars(vec![]), &site);
                 match sc.value(&site) {
                     Some(v) => assert_eq!(v, by_program.unwrap(), "{src} at {path:?}"),
                     None => assert!(by_program.is_err(), "{src} at {path:?}"),
@@ -817,18 +748,23 @@ mod tests {
     fn errors() {
         let v = Vars(vec![]);
         let e = eval("nope == 'x'", &v).unwrap_err();
-        assert!(
-            e.message.contains("unknown variable or function `nope`"),
-            "{e}"
-        );
+        assert!(e.message.contains("unknown variable `nope`"), "{e}");
         let e = eval("a ==", &v).unwrap_err();
         assert!(e.message.contains("does not parse"), "{e}");
         let e = eval(&format!("{}1{}", "(".repeat(100), ")".repeat(100)), &v).unwrap_err();
         assert!(e.message.contains("nested"), "{e}");
-        let e = eval("[1, 2].map(x, [1, 2].map(y, y))", &v).unwrap_err();
-        assert!(e.message.contains("comprehensions"), "{e}");
+        let e = eval("map([1, 2], map([1, 2], #))", &v).unwrap_err();
+        assert!(e.message.contains("unknown function `map`"), "{e}");
         assert_eq!(eval("'a.map(b)' + ''", &v).unwrap(), "a.map(b)");
-        let e = eval("inventory.DetectorForHost(x)", &v).unwrap_err();
+        let e = eval("inventory.DetectorForHost('x')", &v).unwrap_err();
         assert!(e.message.contains("inventory"), "{e}");
+        let e = eval(
+            "x ? dpl.GenerateFromUri('a') : ''",
+            &Vars(vec![("x", "true")]),
+        );
+        assert!(e.unwrap_err().message.contains("dpl.GenerateFromUri"));
+        // An unknown function is an error even in a branch that is not taken.
+        let e = eval("false ? nope.Fn() : ''", &v).unwrap_err();
+        assert!(e.message.contains("nope.Fn"), "{e}");
     }
 }

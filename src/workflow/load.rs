@@ -121,7 +121,29 @@ pub fn class_from_node(node: &Node, id: &str) -> Result<TaskClass> {
         bind: channels(f.get("bind"))?,
         connect: channels(f.get("connect"))?,
         constraints: constraints(f.get("constraints"))?,
+        properties: properties(f.get("properties"))?,
     })
+}
+
+/// A class's `properties`: a mapping of names to values, kept in order.
+fn properties(node: Option<&&Node>) -> Result<Vec<(Arc<str>, Template)>> {
+    let Some(node) = node else {
+        return Ok(Vec::new());
+    };
+    match &node.kind {
+        Kind::Null => Ok(Vec::new()),
+        Kind::Map(m) => m
+            .iter()
+            .map(|(k, v)| match k.as_str() {
+                Some(name) if !name.is_empty() => Ok((Arc::from(name), Template::from_node(v)?)),
+                _ => Err(Error::new(&k.loc, "property names must be strings")),
+            })
+            .collect(),
+        _ => Err(Error::new(
+            &node.loc,
+            format!("`properties` must be a mapping, found {}", node.kind_name()),
+        )),
+    }
 }
 
 fn command(node: &Node) -> Result<Command> {

@@ -7,9 +7,13 @@
 pub mod error;
 pub mod expand;
 pub mod expr;
+pub mod expr_scan;
+pub mod funcs;
+pub mod gofmt;
 pub mod load;
 pub mod model;
 pub mod scope;
+pub mod store;
 pub mod template;
 pub mod yaml;
 

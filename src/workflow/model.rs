@@ -90,6 +90,8 @@ pub struct TaskClass {
     pub bind: Vec<Channel>,
     pub connect: Vec<Channel>,
     pub constraints: Vec<Constraint>,
+    /// CONFIGURE-time properties (name, value), in file order.
+    pub properties: Vec<(Arc<str>, Template)>,
 }
 
 #[derive(Clone, Debug)]

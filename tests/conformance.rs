@@ -1,0 +1,196 @@
+//! The anchor's real workflows, unmodified, rendered as the anchor renders them: every case of
+//! `../shared/conformance/aliecs/` through `envbridge render -o tasks` and the anchor's own
+//! checker (`compare.py --full`), and the errors a site's bad input gets (exit 2, `error:` with
+//! FILE:LINE:COLUMN, nothing on stdout).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn shared() -> PathBuf {
+    for c in ["../shared", "../../shared"] {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(c);
+        if p.join("conformance/aliecs").is_dir() {
+            return p;
+        }
+    }
+    panic!("../shared/conformance/aliecs not found beside the repository");
+}
+
+fn cw() -> PathBuf {
+    shared().join("corpus/aliecs/controlworkflows")
+}
+
+fn render(workflow: &str, config: &Path, sets: &[String]) -> Output {
+    let cw = cw();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_envbridge"));
+    cmd.arg("render")
+        .arg(cw.join("workflows").join(format!("{workflow}.yaml")))
+        .arg("--tasks")
+        .arg(cw.join("tasks"))
+        .arg("--workflows")
+        .arg(cw.join("workflows"))
+        .arg("--config")
+        .arg(config);
+    for s in sets {
+        cmd.arg("--set").arg(s);
+    }
+    cmd.args(["--env-id", "envcheck01", "-o", "tasks"])
+        .output()
+        .expect("run envbridge")
+}
+
+#[test]
+fn every_shared_case_matches_the_anchor() {
+    let root = shared().join("conformance/aliecs");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("workflow").is_file())
+        .collect();
+    cases.sort();
+    assert!(!cases.is_empty(), "no cases in {}", root.display());
+    let mut failed = Vec::new();
+    for case in &cases {
+        let workflow = std::fs::read_to_string(case.join("workflow")).unwrap();
+        let sets: Vec<String> = std::fs::read_to_string(case.join("vars"))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect();
+        let out = render(workflow.trim(), &case.join("config.yaml"), &sets);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            case.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(got.path(), &out.stdout).unwrap();
+        let cmp = Command::new("python3")
+            .arg(root.join("compare.py"))
+            .arg(got.path())
+            .arg(case.join("expected.json"))
+            .arg("--full")
+            .output()
+            .expect("run python3 compare.py");
+        let report = String::from_utf8_lossy(&cmp.stdout).to_string();
+        println!(
+            "{}: {}",
+            case.display(),
+            report.lines().last().unwrap_or("")
+        );
+        if !cmp.status.success() {
+            failed.push(format!("{}:\n{report}", case.display()));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "different from the anchor:\n{}",
+        failed.join("\n")
+    );
+}
+
+/// A store with two hosts of one detector, for the error cases.
+fn store(dir: &Path, text: &str) -> PathBuf {
+    let p = dir.join("config.yaml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const STORE: &str = "o2:\n  hardware:\n    detectors:\n      TST:\n        flps:\n          flp001: {}\n          flp002: {}\n  runtime:\n    aliecs:\n      defaults:\n        o2_install_path: /opt/o2\n        infologger_mode: stdout\n        consul_endpoint: 127.0.0.1:8500\n        detector: TST\n        modulepath: \"\"\n";
+
+fn expect_error(out: &Output, what: &str) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(out.stdout.is_empty(), "nothing on stdout on error");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(err.contains(what), "expected `{what}` in {err}");
+    err
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = r#"hosts=["flp001","flp009"]"#.to_string();
+    // A host missing from the inventory: the expression's place, and the host.
+    let out = render("readout-dataflow", &store(dir.path(), STORE), &[hosts]);
+    let err = expect_error(&out, "flp009");
+    assert!(err.contains("readout-dataflow.yaml:"), "{err}");
+    // A `dpl.*` branch taken.
+    let out = render(
+        "readout-dataflow",
+        &store(dir.path(), STORE),
+        &[
+            r#"hosts=["flp001"]"#.to_string(),
+            "dpl_workflow=x".to_string(),
+        ],
+    );
+    expect_error(&out, "dpl.GenerateFromUriOrFallbackToTemplate");
+    // A store path that does not exist.
+    let out = render(
+        "readout-dataflow",
+        &dir.path().join("nope.yaml"),
+        &[r#"hosts=["flp001"]"#.to_string()],
+    );
+    expect_error(&out, "nope.yaml");
+    // A malformed store file: its line and column.
+    let bad = store(dir.path(), "o2:\n  runtime: [\n");
+    let out = render(
+        "readout-dataflow",
+        &bad,
+        &[r#"hosts=["flp001"]"#.to_string()],
+    );
+    expect_error(&out, &format!("{}:", bad.display()));
+    // An unknown function, through a variable.
+    let out = render(
+        "readout-dataflow",
+        &store(dir.path(), STORE),
+        &[
+            r#"hosts=["flp001"]"#.to_string(),
+            "detector={{ inventory.Nope(it) }}".to_string(),
+        ],
+    );
+    expect_error(&out, "unknown function `inventory.Nope`");
+}
+
+#[test]
+fn the_repository_s_other_workflows_render() {
+    let dir = tempfile::tempdir().unwrap();
+    let cards = r#"'{"0":{"serial":"1041","endpoint":"0"},"1":{"serial":"1041","endpoint":"1"}}'"#;
+    let text = STORE.replace(
+        "          flp002: {}\n",
+        &format!("          flp002: {{}}\n    flps:\n      flp001:\n        cards: {cards}\n"),
+    );
+    let config = store(dir.path(), &text);
+    let out = render(
+        "o2-roc-config",
+        &config,
+        &[r#"hosts=["flp001"]"#.to_string()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tasks: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &tasks[0];
+    assert_eq!(
+        t["path"],
+        "o2-roc-config.host-flp001.card-1041.roc-config-uri"
+    );
+    assert_eq!(t["controlMode"], "basic");
+    assert_eq!(t["controlPort"], 0);
+    let cmd = t["command"].as_str().unwrap();
+    assert!(cmd.contains("for endpoint in 0 1;"), "{cmd}");
+    let out = render(
+        "resources-cleanup",
+        &config,
+        &[r#"hosts=["flp001","flp002"]"#.to_string()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
