@@ -45,6 +45,8 @@ pub struct BridgeConfig {
     pub tasks_dir: PathBuf,
     pub workflows_dir: PathBuf,
     pub defaults_files: Vec<PathBuf>,
+    /// The site's configuration store file (the anchor's layout), reloaded when it changes.
+    pub config_store: Option<PathBuf>,
 }
 
 impl Default for BridgeConfig {
@@ -70,6 +72,7 @@ impl Default for BridgeConfig {
             tasks_dir: PathBuf::from("manifests/control-workflows/tasks"),
             workflows_dir: PathBuf::from("manifests/control-workflows/workflows"),
             defaults_files: vec![],
+            config_store: None,
         }
     }
 }

@@ -2,6 +2,10 @@
 //! with the ports other live environments hold passed in so that allocations stay disjoint.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::config_store::StoreFile;
+use crate::workflow::store::ConfigStore;
 
 use super::{BridgeConfig, BridgeError, CreateSpec, Objects, Renderer, TakenPorts};
 use crate::plan::{RenderRequest, render as render_core};
@@ -10,8 +14,13 @@ use crate::workflow::Sources;
 /// The renderer the daemon uses, reading task classes and workflows from the configured dirs.
 pub fn renderer(cfg: &BridgeConfig) -> Renderer {
     let cfg = cfg.clone();
+    let store = cfg.config_store.clone().map(StoreFile::new);
     std::sync::Arc::new(move |spec: &CreateSpec, id: &str, taken: &TakenPorts| {
-        render(&cfg, spec, id, taken)
+        let store = match &store {
+            Some(f) => f.current().map_err(BridgeError::Render)?,
+            None => Arc::new(ConfigStore::empty()),
+        };
+        render_with(&cfg, store, spec, id, taken)
     })
 }
 
@@ -37,7 +46,19 @@ pub fn render(
     id: &str,
     taken: &TakenPorts,
 ) -> Result<Objects, BridgeError> {
+    render_with(cfg, Arc::new(ConfigStore::empty()), spec, id, taken)
+}
+
+/// [`render`] with the site's configuration store.
+pub fn render_with(
+    cfg: &BridgeConfig,
+    store: Arc<ConfigStore>,
+    spec: &CreateSpec,
+    id: &str,
+    taken: &TakenPorts,
+) -> Result<Objects, BridgeError> {
     let req = RenderRequest {
+        store,
         sources: Sources {
             tasks_dir: cfg.tasks_dir.clone(),
             workflows_dir: Some(cfg.workflows_dir.clone()),

@@ -51,6 +51,10 @@ pub struct DaemonArgs {
     /// Site profile (repeatable).
     #[arg(long = "defaults", env = "ENVBRIDGE_DEFAULTS", value_delimiter = ',')]
     pub defaults: Vec<PathBuf>,
+    /// The site's configuration store (the anchor's layout): site variables, inventory,
+    /// component configuration. Reloaded when the file changes (a mounted ConfigMap).
+    #[arg(long, env = "ENVBRIDGE_CONFIG_STORE", value_name = "FILE")]
+    pub config_store: Option<PathBuf>,
     /// Control ports to allocate, FIRST-LAST (default 47100-47999).
     #[arg(long, env = "ENVBRIDGE_CONTROL_PORTS", value_parser = port_range)]
     pub control_ports: Option<(u16, u16)>,
@@ -119,6 +123,7 @@ pub struct FileConfig {
     pub workflows_dir: Option<PathBuf>,
     #[serde(default)]
     pub defaults: Vec<PathBuf>,
+    pub config_store: Option<PathBuf>,
     pub control_ports: Option<String>,
     pub tcp_ports: Option<String>,
     pub deploy_timeout: Option<u64>,
@@ -179,6 +184,7 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     if let Some(d) = a.workflows_dir.or(f.workflows_dir) {
         b.workflows_dir = d;
     }
+    b.config_store = a.config_store.or(f.config_store);
     b.defaults_files = if a.defaults.is_empty() {
         f.defaults
     } else {
