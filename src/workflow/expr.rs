@@ -533,11 +533,6 @@ fn check_shape(src: &str) -> std::result::Result<(), String> {
     if ops > 256 {
         return Err("expression has too many operators".to_string());
     }
-    if src.contains("not ") && src.matches("not").count() > MAX_PREFIX_RUN {
-        return Err(format!(
-            "expression has more than {MAX_PREFIX_RUN} `not` operators"
-        ));
-    }
     Ok(())
 }
 

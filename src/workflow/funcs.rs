@@ -209,6 +209,12 @@ fn string_arg(name: &str, args: &[Value], i: usize) -> Result<String, Fail> {
     }
 }
 
+/// Exactly `n` arguments, all strings.
+fn string_args(name: &str, args: &[Value], n: usize) -> Result<Vec<String>, Fail> {
+    arity(name, args, n)?;
+    (0..n).map(|i| string_arg(name, args, i)).collect()
+}
+
 fn arity(name: &str, args: &[Value], n: usize) -> Result<(), Fail> {
     if args.len() != n {
         return Err(fail(format!(
@@ -363,10 +369,7 @@ pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
         }
     };
     let s1 = |name: &'static str, f: fn(&str) -> Value| -> LibFn {
-        Box::new(move |args: &[Value]| {
-            arity(name, args, 1)?;
-            Ok(f(&string_arg(name, args, 0)?))
-        })
+        Box::new(move |args: &[Value]| Ok(f(&string_args(name, args, 1)?[0])))
     };
     add(
         env,
@@ -449,10 +452,8 @@ pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
         env,
         "util.PrefixedOverride",
         Box::new(|args: &[Value]| {
-            arity("util.PrefixedOverride", args, 2)?;
-            let var = string_arg("util.PrefixedOverride", args, 0)?;
-            let prefix = string_arg("util.PrefixedOverride", args, 1)?;
-            prefixed_override(&var, &prefix).map(Value::String)
+            let a = string_args("util.PrefixedOverride", args, 2)?;
+            prefixed_override(&a[0], &a[1]).map(Value::String)
         }),
     );
     add(
@@ -470,10 +471,7 @@ pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
         env,
         "util.SuffixInRange",
         Box::new(|args: &[Value]| {
-            arity("util.SuffixInRange", args, 4)?;
-            let a: Vec<String> = (0..4)
-                .map(|i| string_arg("util.SuffixInRange", args, i))
-                .collect::<Result<_, _>>()?;
+            let a = string_args("util.SuffixInRange", args, 4)?;
             Ok(suffix_in_range(&a[0], &a[1], &a[2], &a[3]).into())
         }),
     );
@@ -492,8 +490,7 @@ pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
         env,
         "inventory.DetectorForHost",
         Box::new(move |args: &[Value]| {
-            arity("inventory.DetectorForHost", args, 1)?;
-            let host = string_arg("inventory.DetectorForHost", args, 0)?;
+            let host = string_args("inventory.DetectorForHost", args, 1)?.remove(0);
             st.detector_for_host(&host).map(Value::String).map_err(fail)
         }),
     );
@@ -502,8 +499,7 @@ pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
         env,
         "inventory.DetectorsForHosts",
         Box::new(move |args: &[Value]| {
-            arity("inventory.DetectorsForHosts", args, 1)?;
-            let text = string_arg("inventory.DetectorsForHosts", args, 0)?;
+            let text = string_args("inventory.DetectorsForHosts", args, 1)?.remove(0);
             let hosts: Vec<String> = serde_json::from_str(&text).map_err(|e| {
                 fail(format!(
                     "inventory.DetectorsForHosts: `{text}` is not a JSON list of host names: {e}"
@@ -520,8 +516,7 @@ pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
         env,
         "inventory.CRUCardsForHost",
         Box::new(move |args: &[Value]| {
-            arity("inventory.CRUCardsForHost", args, 1)?;
-            let host = string_arg("inventory.CRUCardsForHost", args, 0)?;
+            let host = string_args("inventory.CRUCardsForHost", args, 1)?.remove(0);
             let cards = st.cru_cards_for_host(&host).map_err(fail)?;
             // Go marshals a nil slice as null.
             Ok(Value::String(if cards.is_empty() {
@@ -538,10 +533,8 @@ pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
         env,
         "inventory.EndpointsForCRUCard",
         Box::new(move |args: &[Value]| {
-            arity("inventory.EndpointsForCRUCard", args, 2)?;
-            let host = string_arg("inventory.EndpointsForCRUCard", args, 0)?;
-            let serial = string_arg("inventory.EndpointsForCRUCard", args, 1)?;
-            let eps = st.endpoints_for_cru_card(&host, &serial).map_err(fail)?;
+            let a = string_args("inventory.EndpointsForCRUCard", args, 2)?;
+            let eps = st.endpoints_for_cru_card(&a[0], &a[1]).map_err(fail)?;
             Ok(Value::String(eps.join(" ")))
         }),
     );
@@ -550,10 +543,7 @@ pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
         env,
         "config.Resolve",
         Box::new(move |args: &[Value]| {
-            arity("config.Resolve", args, 4)?;
-            let a: Vec<String> = (0..4)
-                .map(|i| string_arg("config.Resolve", args, i))
-                .collect::<Result<_, _>>()?;
+            let a = string_args("config.Resolve", args, 4)?;
             let rt = if RUN_TYPES.contains(&a[1].as_str()) {
                 a[1].as_str()
             } else {
@@ -569,8 +559,7 @@ pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
         env,
         "config.ResolvePath",
         Box::new(move |args: &[Value]| {
-            arity("config.ResolvePath", args, 1)?;
-            let path = string_arg("config.ResolvePath", args, 0)?;
+            let path = string_args("config.ResolvePath", args, 1)?.remove(0);
             let parts: Vec<&str> = path.trim().split('/').collect();
             match parts.as_slice() {
                 [c, rt, r, entry @ ..] if !entry.is_empty() && RUN_TYPES.contains(rt) => st
@@ -589,8 +578,7 @@ pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
             env,
             name,
             Box::new(move |args: &[Value]| {
-                arity(name, args, 1)?;
-                let path = string_arg(name, args, 0)?;
+                let path = string_args(name, args, 1)?.remove(0);
                 match st.get(&format!("o2/components/{}", path.trim())) {
                     Some(n) => Ok(Value::String(n.as_str().unwrap_or_default().to_string())),
                     None => Err(fail(format!(
@@ -606,10 +594,10 @@ pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
         env,
         "runtime.Get",
         Box::new(move |args: &[Value]| {
-            arity("runtime.Get", args, 2)?;
-            let c = string_arg("runtime.Get", args, 0)?;
-            let k = string_arg("runtime.Get", args, 1)?;
-            st.runtime_get(&c, &k).map(Value::String).map_err(fail)
+            let a = string_args("runtime.Get", args, 2)?;
+            st.runtime_get(&a[0], &a[1])
+                .map(Value::String)
+                .map_err(fail)
         }),
     );
     add(

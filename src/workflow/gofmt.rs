@@ -107,40 +107,31 @@ fn write_json(v: &Value, out: &mut String) {
             }
             out.push(']');
         }
-        Value::Map(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_json_string(k, out);
-                out.push(':');
-                write_json(&m[k], out);
-            }
-            out.push('}');
-        }
+        Value::Map(m) => write_json_object(m.iter().map(|(k, v)| (k.clone(), v)), out),
         Value::KeyedMap(pairs) => {
-            let mut items: Vec<(String, &Value)> =
-                pairs.iter().map(|(k, v)| (percent_v(k), v)).collect();
-            items.sort_by(|a, b| a.0.cmp(&b.0));
-            out.push('{');
-            for (i, (k, v)) in items.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_json_string(&k, out);
-                out.push(':');
-                write_json(v, out);
-            }
-            out.push('}');
+            write_json_object(pairs.iter().map(|(k, v)| (percent_v(k), v)), out)
         }
         Value::Bytes(b) => {
             let text: String = b.iter().map(|x| format!("{x:02x}")).collect();
             write_json_string(&text, out);
         }
     }
+}
+
+/// A JSON object with its keys sorted, as Go's encoder writes a map.
+fn write_json_object<'v>(entries: impl Iterator<Item = (String, &'v Value)>, out: &mut String) {
+    let mut items: Vec<(String, &Value)> = entries.collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    out.push('{');
+    for (i, (k, v)) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_json_string(&k, out);
+        out.push(':');
+        write_json(v, out);
+    }
+    out.push('}');
 }
 
 /// Go's JSON number for a float64: `%g`-like, integers without a fraction.

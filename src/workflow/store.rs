@@ -129,11 +129,6 @@ impl ConfigStore {
         self.node(&parts)
     }
 
-    /// Whether a `/`-separated key exists.
-    pub fn exists(&self, key: &str) -> bool {
-        self.get(key).is_some()
-    }
-
     /// The detector whose inventory lists `host` (`o2/hardware/detectors/<DET>/flps/<host>`);
     /// detectors are tried in name order.
     pub fn detector_for_host(&self, host: &str) -> std::result::Result<String, String> {
