@@ -194,3 +194,52 @@ fn the_repository_s_other_workflows_render() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The site's class -> TaskTemplate mapping: a class's own entry, else its control mode's.
+#[test]
+fn the_site_mapping_names_each_task_s_template() {
+    let cw = cw();
+    let case = shared().join("conformance/aliecs/caches");
+    let out = Command::new(env!("CARGO_BIN_EXE_envbridge"))
+        .arg("render")
+        .arg(cw.join("workflows/readout-dataflow.yaml"))
+        .arg("--tasks")
+        .arg(cw.join("tasks"))
+        .arg("--workflows")
+        .arg(cw.join("workflows"))
+        .arg("--config")
+        .arg(case.join("config.yaml"))
+        .arg("--templates")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/site/templates.yaml"))
+        .args([
+            "--set",
+            r#"hosts=["flp001"]"#,
+            "--set",
+            "drop_caches_enabled=true",
+        ])
+        .args(["--env-id", "e1", "-o", "json"])
+        .output()
+        .expect("run envbridge");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let objects: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut seen = std::collections::BTreeMap::new();
+    for o in objects.as_array().unwrap() {
+        for t in o["spec"]["tasks"].as_array().into_iter().flatten() {
+            seen.insert(
+                t["class"].as_str().unwrap().to_string(),
+                t["template"].as_str().unwrap().to_string(),
+            );
+        }
+    }
+    assert_eq!(seen["readout"], "readout", "by class");
+    assert_eq!(seen["stfsender"], "stfsender", "by class");
+    assert_eq!(
+        seen["shell-command"], "hook-task",
+        "a basic class with a trigger: by mode hook"
+    );
+    assert_eq!(seen["fairmq-shmmonitor"], "hook-task");
+}

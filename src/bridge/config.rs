@@ -47,6 +47,8 @@ pub struct BridgeConfig {
     pub defaults_files: Vec<PathBuf>,
     /// The site's configuration store file (the anchor's layout), reloaded when it changes.
     pub config_store: Option<PathBuf>,
+    /// The site's class -> TaskTemplate mapping (read at start).
+    pub templates: Option<PathBuf>,
 }
 
 impl Default for BridgeConfig {
@@ -73,6 +75,7 @@ impl Default for BridgeConfig {
             workflows_dir: PathBuf::from("manifests/control-workflows/workflows"),
             defaults_files: vec![],
             config_store: None,
+            templates: None,
         }
     }
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::config_store::StoreFile;
+use crate::plan::templates::TemplateMap;
 use crate::workflow::store::ConfigStore;
 
 use super::{BridgeConfig, BridgeError, CreateSpec, Objects, Renderer, TakenPorts};
@@ -15,12 +16,22 @@ use crate::workflow::Sources;
 pub fn renderer(cfg: &BridgeConfig) -> Renderer {
     let cfg = cfg.clone();
     let store = cfg.config_store.clone().map(StoreFile::new);
+    // Read once here: a broken mapping is reported at the first create that needs it.
+    let templates = cfg
+        .templates
+        .clone()
+        .map(|p| TemplateMap::load(&p).map(Arc::new));
     std::sync::Arc::new(move |spec: &CreateSpec, id: &str, taken: &TakenPorts| {
+        let templates = match &templates {
+            Some(Ok(m)) => m.clone(),
+            Some(Err(e)) => return Err(BridgeError::Render(format!("template mapping: {e}"))),
+            None => Arc::default(),
+        };
         let store = match &store {
             Some(f) => f.current().map_err(BridgeError::Render)?,
             None => Arc::new(ConfigStore::empty()),
         };
-        render_with(&cfg, store, spec, id, taken)
+        render_with(&cfg, store, templates, spec, id, taken)
     })
 }
 
@@ -46,19 +57,28 @@ pub fn render(
     id: &str,
     taken: &TakenPorts,
 ) -> Result<Objects, BridgeError> {
-    render_with(cfg, Arc::new(ConfigStore::empty()), spec, id, taken)
+    render_with(
+        cfg,
+        Arc::new(ConfigStore::empty()),
+        Arc::default(),
+        spec,
+        id,
+        taken,
+    )
 }
 
 /// [`render`] with the site's configuration store.
 pub fn render_with(
     cfg: &BridgeConfig,
     store: Arc<ConfigStore>,
+    templates: Arc<TemplateMap>,
     spec: &CreateSpec,
     id: &str,
     taken: &TakenPorts,
 ) -> Result<Objects, BridgeError> {
     let req = RenderRequest {
         store,
+        templates,
         sources: Sources {
             tasks_dir: cfg.tasks_dir.clone(),
             workflows_dir: Some(cfg.workflows_dir.clone()),

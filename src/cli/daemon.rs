@@ -55,6 +55,9 @@ pub struct DaemonArgs {
     /// component configuration. Reloaded when the file changes (a mounted ConfigMap).
     #[arg(long, env = "ENVBRIDGE_CONFIG_STORE", value_name = "FILE")]
     pub config_store: Option<PathBuf>,
+    /// The site's mapping from task classes and control modes to TaskTemplates.
+    #[arg(long, env = "ENVBRIDGE_TEMPLATES", value_name = "FILE")]
+    pub templates: Option<PathBuf>,
     /// Control ports to allocate, FIRST-LAST (default 47100-47999).
     #[arg(long, env = "ENVBRIDGE_CONTROL_PORTS", value_parser = port_range)]
     pub control_ports: Option<(u16, u16)>,
@@ -124,6 +127,7 @@ pub struct FileConfig {
     #[serde(default)]
     pub defaults: Vec<PathBuf>,
     pub config_store: Option<PathBuf>,
+    pub templates: Option<PathBuf>,
     pub control_ports: Option<String>,
     pub tcp_ports: Option<String>,
     pub deploy_timeout: Option<u64>,
@@ -185,6 +189,7 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
         b.workflows_dir = d;
     }
     b.config_store = a.config_store.or(f.config_store);
+    b.templates = a.templates.or(f.templates);
     b.defaults_files = if a.defaults.is_empty() {
         f.defaults
     } else {

@@ -28,6 +28,82 @@ pub struct DemoArgs {
     /// demo started it; one that was already running is always left running).
     #[arg(long)]
     pub keep_cluster: bool,
+    /// Run another workflow instead of the project's own (e.g. the anchor's
+    /// ControlWorkflows, unmodified): its task classes ...
+    #[arg(long, value_name = "DIR", requires_all = ["workflows", "workflow"])]
+    pub tasks: Option<PathBuf>,
+    /// ... its workflows ...
+    #[arg(long, value_name = "DIR", requires = "tasks")]
+    pub workflows: Option<PathBuf>,
+    /// ... the site's configuration store (the anchor's layout) ...
+    #[arg(long, value_name = "FILE", requires = "tasks")]
+    pub config: Option<PathBuf>,
+    /// ... the workflow's name in --workflows ...
+    #[arg(long, value_name = "NAME", requires = "tasks")]
+    pub workflow: Option<String>,
+    /// ... and its variables (the demo acts as the site's administrator: any is allowed).
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = super::render::parse_set, requires = "tasks")]
+    pub sets: Vec<(String, String)>,
+}
+
+/// Another workflow than the project's own, with its sources made absolute (the children
+/// run in their own directory).
+struct Foreign {
+    tasks: PathBuf,
+    workflows: PathBuf,
+    config: Option<PathBuf>,
+    workflow: String,
+    sets: Vec<(String, String)>,
+    /// What a local render gives: the hosts its tasks land on, and the number of tasks.
+    hosts: Vec<String>,
+    tasks_count: usize,
+}
+
+impl Foreign {
+    fn of(args: &DemoArgs) -> Result<Option<Self>, String> {
+        let (Some(tasks), Some(workflows), Some(workflow)) =
+            (&args.tasks, &args.workflows, &args.workflow)
+        else {
+            return Ok(None);
+        };
+        let abs = |p: &Path| {
+            p.canonicalize()
+                .map_err(|e| format!("{}: {e}", p.display()))
+        };
+        let (tasks, workflows) = (abs(tasks)?, abs(workflows)?);
+        let config = args.config.as_deref().map(abs).transpose()?;
+        let store = match &config {
+            Some(c) => {
+                envbridge::workflow::store::ConfigStore::load(c).map_err(|e| e.to_string())?
+            }
+            None => envbridge::workflow::store::ConfigStore::empty(),
+        };
+        let req = envbridge::plan::RenderRequest {
+            sources: envbridge::workflow::Sources {
+                tasks_dir: tasks.clone(),
+                workflows_dir: Some(workflows.clone()),
+                defaults_files: vec![],
+            },
+            workflow: workflow.into(),
+            sets: args.sets.clone(),
+            store: std::sync::Arc::new(store),
+            env_id: Some("demo".into()),
+            ..Default::default()
+        };
+        let plan =
+            envbridge::plan::build(&req).map_err(|e| format!("rendering {workflow}: {e}"))?;
+        let mut hosts: Vec<String> = plan.tasks.iter().map(|t| t.node.clone()).collect();
+        hosts.dedup();
+        Ok(Some(Foreign {
+            tasks,
+            workflows,
+            config,
+            workflow: workflow.clone(),
+            sets: args.sets.clone(),
+            hosts,
+            tasks_count: plan.tasks.len(),
+        }))
+    }
 }
 
 /// The node whose StfBuilder the demo's second environment makes fail CONFIGURE.
@@ -105,12 +181,21 @@ async fn demo(
     children: &mut Children,
     live: &mut Live,
 ) -> Result<serde_json::Value, String> {
+    let foreign = Foreign::of(args)?;
+    // A simulated node for every host the workflow's tasks land on.
+    let placed = foreign
+        .as_ref()
+        .map(|f| envbridge::dev::nodes::host_indices(&f.hosts))
+        .unwrap_or_default();
+    let nodes = match &foreign {
+        Some(_) => placed.iter().map(|(n, _)| *n).max().unwrap_or(1),
+        None => args.nodes,
+    };
     step(&format!(
-        "local control plane with {} simulated FLP nodes",
-        args.nodes
+        "local control plane with {nodes} simulated FLP nodes"
     ));
     let t = Instant::now();
-    let info = envbridge::dev::ensure_up(args.nodes)
+    let info = envbridge::dev::ensure_up(nodes)
         .await
         .map_err(|e| format!("the local control plane: {e}"))?;
     say(&format!(
@@ -121,6 +206,14 @@ async fn demo(
     let kube = envbridge::dev::client_for(&info.kubeconfig)
         .await
         .map_err(|e| e.to_string())?;
+    for (n, host) in &placed {
+        if envbridge::dev::nodes::host_indices(std::slice::from_ref(host))[0].0 != *n {
+            envbridge::dev::nodes::label_host(&kube, *n, host)
+                .await
+                .map_err(|e| format!("labelling the node of {host}: {e}"))?;
+            say(&format!("node {n} stands in for host {host}"));
+        }
+    }
 
     step("installing the CRDs and TaskTemplates");
     envbridge::install::crds(&kube)
@@ -145,18 +238,37 @@ async fn demo(
         .map_err(|e| format!("the manifests directory {}: {e}", args.manifests.display()))?;
     let flows = manifests.join("control-workflows");
     let site = manifests.join("site/local.yaml");
-    let daemon_args = [
-        "daemon".to_string(),
-        format!("--listen=127.0.0.1:{port}"),
-        format!("--tasks-dir={}", flows.join("tasks").display()),
-        format!("--workflows-dir={}", flows.join("workflows").display()),
-        format!("--defaults={}", site.display()),
-    ];
+    let mut daemon_args = vec!["daemon".to_string(), format!("--listen=127.0.0.1:{port}")];
+    match &foreign {
+        None => daemon_args.extend([
+            format!("--tasks-dir={}", flows.join("tasks").display()),
+            format!("--workflows-dir={}", flows.join("workflows").display()),
+            format!("--defaults={}", site.display()),
+        ]),
+        Some(f) => {
+            daemon_args.extend([
+                format!("--tasks-dir={}", f.tasks.display()),
+                format!("--workflows-dir={}", f.workflows.display()),
+                // The project's own class -> TaskTemplate mapping.
+                format!(
+                    "--templates={}",
+                    manifests.join("site/templates.yaml").display()
+                ),
+            ]);
+            daemon_args.extend(
+                f.config
+                    .iter()
+                    .map(|c| format!("--config-store={}", c.display())),
+            );
+        }
+    }
     let sim_args = [
         "dev".to_string(),
         "sim-runner".into(),
         format!("--kubeconfig={kubeconfig}"),
         format!("--log-dir={}", run_dir.join("simulators").display()),
+        // Basic and hook tasks' processes run to completion.
+        "--complete-tasks".into(),
     ];
     children.spawn(&exe, "sim-runner", &sim_args, &run_dir, &kubeconfig)?;
     children.spawn(
@@ -172,12 +284,15 @@ async fn demo(
     let api = live.api.insert(api);
     say(&format!("daemon serving on 127.0.0.1:{port}"));
 
-    let hosts: Vec<String> = (1..=args.nodes).map(|i| format!("flp{i:03}")).collect();
-    let hosts_json = serde_json::to_string(&hosts).map_err(|e| e.to_string())?;
     let kubectl = Kubectl {
         bin: info.kubectl.clone(),
         kubeconfig: info.kubeconfig.clone(),
     };
+    if let Some(f) = &foreign {
+        return cycle_of(f, api, &mut live.environments, &kubectl).await;
+    }
+    let hosts: Vec<String> = (1..=args.nodes).map(|i| format!("flp{i:03}")).collect();
+    let hosts_json = serde_json::to_string(&hosts).map_err(|e| e.to_string())?;
 
     step(&format!(
         "creating a readout-dataflow environment on {}",
@@ -188,6 +303,7 @@ async fn demo(
         api,
         &mut live.environments,
         "demo",
+        "readout-dataflow",
         &[("hosts", hosts_json.as_str())],
     )
     .await?;
@@ -201,36 +317,7 @@ async fn demo(
     ));
     kubectl.show_when(&created.namespace, &created.id, "STANDBY");
 
-    let mut timings = serde_json::Map::new();
-    for (event, run_args) in [
-        ("CONFIGURE", vec![]),
-        ("START", vec![("run_number", "1"), ("run_type", "PHYSICS")]),
-        ("STOP", vec![]),
-        ("RESET", vec![]),
-    ] {
-        step(event);
-        let t = Instant::now();
-        let reply = transition(api, &created.id, event, &run_args).await?;
-        let ms = t.elapsed().as_millis() as u64;
-        if !reply.ok {
-            return Err(format!("{event} failed: {}", describe_failures(&reply)));
-        }
-        say(&format!(
-            "{} tasks {} in {ms} ms",
-            reply.tasks, reply.target_state
-        ));
-        kubectl.show_when(&created.namespace, &created.id, &reply.target_state);
-        timings.insert(event.to_string(), json!(ms));
-    }
-
-    step("destroying the environment");
-    let t = Instant::now();
-    destroy(api, &created.id).await?;
-    live.environments.retain(|id| id != &created.id);
-    say(&format!(
-        "tasks, pods and services gone in {} ms",
-        t.elapsed().as_millis()
-    ));
+    let timings = run_cycle(api, &mut live.environments, &kubectl, &created).await?;
 
     let bad_host = &hosts[(FAILING_HOST_INDEX.min(args.nodes) - 1) as usize];
     step(&format!(
@@ -240,6 +327,7 @@ async fn demo(
         api,
         &mut live.environments,
         "demo-failure",
+        "readout-dataflow",
         &[
             ("hosts", hosts_json.as_str()),
             ("sim_fail_host", bad_host.as_str()),
@@ -269,6 +357,92 @@ async fn demo(
         "transitions": timings,
         "failure_reported_ms": failure_ms,
         "failed_task": failed_task,
+    }))
+}
+
+/// CONFIGURE -> START -> STOP -> RESET, then destroy; the time of each transition.
+async fn run_cycle(
+    api: &mut Client,
+    live: &mut Vec<String>,
+    kubectl: &Kubectl,
+    created: &pb::CreateEnvironmentReply,
+) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    let mut timings = serde_json::Map::new();
+    for (event, run_args) in [
+        ("CONFIGURE", vec![]),
+        ("START", vec![("run_number", "1"), ("run_type", "PHYSICS")]),
+        ("STOP", vec![]),
+        ("RESET", vec![]),
+    ] {
+        step(event);
+        let t = Instant::now();
+        let reply = transition(api, &created.id, event, &run_args).await?;
+        let ms = t.elapsed().as_millis() as u64;
+        if !reply.ok {
+            return Err(format!("{event} failed: {}", describe_failures(&reply)));
+        }
+        say(&format!(
+            "{} tasks {} in {ms} ms",
+            reply.tasks, reply.target_state
+        ));
+        kubectl.show_when(&created.namespace, &created.id, &reply.target_state);
+        timings.insert(event.to_string(), json!(ms));
+    }
+
+    step("destroying the environment");
+    let t = Instant::now();
+    destroy(api, &created.id).await?;
+    live.retain(|id| id != &created.id);
+    say(&format!(
+        "tasks, pods and services gone in {} ms",
+        t.elapsed().as_millis()
+    ));
+    Ok(timings)
+}
+
+/// Another workflow's cycle: create, CONFIGURE, START, STOP, RESET, destroy. The failure step
+/// is skipped: such a workflow gives no way to inject one.
+async fn cycle_of(
+    f: &Foreign,
+    api: &mut Client,
+    live: &mut Vec<String>,
+    kubectl: &Kubectl,
+) -> Result<serde_json::Value, String> {
+    step(&format!(
+        "creating a {} environment on {} ({} tasks rendered)",
+        f.workflow,
+        f.hosts.join(", "),
+        f.tasks_count
+    ));
+    let t = Instant::now();
+    let vars: Vec<(&str, &str)> = f
+        .sets
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let created = create(api, live, "demo", &f.workflow, &vars).await?;
+    say(&format!(
+        "environment {} in namespace {}: {} tasks on {} nodes, ready in {} ms",
+        created.id,
+        created.namespace,
+        created.tasks,
+        created.nodes,
+        t.elapsed().as_millis()
+    ));
+    if created.tasks as usize != f.tasks_count {
+        return Err(format!(
+            "the daemon created {} tasks, the render gives {}",
+            created.tasks, f.tasks_count
+        ));
+    }
+    kubectl.show_when(&created.namespace, &created.id, "STANDBY");
+    let timings = run_cycle(api, live, kubectl, &created).await?;
+    say("no failure step: this workflow gives no way to inject one");
+    Ok(json!({
+        "workflow": f.workflow,
+        "nodes": created.nodes,
+        "tasks": created.tasks,
+        "transitions": timings,
     }))
 }
 
@@ -304,11 +478,12 @@ async fn create(
     api: &mut Client,
     live: &mut Vec<String>,
     id: &str,
+    workflow: &str,
     vars: &[(&str, &str)],
 ) -> Result<pb::CreateEnvironmentReply, String> {
     live.push(id.to_string());
     let req = pb::CreateEnvironmentRequest {
-        workflow: "readout-dataflow".into(),
+        workflow: workflow.into(),
         variables: vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
+use envbridge::plan::templates::TemplateMap;
 use envbridge::plan::{self, RenderRequest};
 use envbridge::workflow::Sources;
 use envbridge::workflow::store::ConfigStore;
@@ -37,6 +38,10 @@ pub struct RenderArgs {
     /// component configuration); its variables win over `--defaults`.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// The site's mapping from task classes and control modes to TaskTemplates
+    /// (docs/workflow-language.md).
+    #[arg(long, value_name = "FILE")]
+    pub templates: Option<PathBuf>,
     /// A variable, highest priority; repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_set)]
     pub sets: Vec<(String, String)>,
@@ -51,7 +56,7 @@ pub struct RenderArgs {
     pub output: Output,
 }
 
-fn parse_set(s: &str) -> Result<(String, String), String> {
+pub fn parse_set(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
         _ => Err(format!("`{s}` is not KEY=VALUE")),
@@ -69,8 +74,19 @@ pub fn run(a: RenderArgs) -> ExitCode {
         },
         None => Arc::new(ConfigStore::empty()),
     };
+    let templates = match &a.templates {
+        Some(path) => match TemplateMap::load(path) {
+            Ok(m) => Arc::new(m),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Arc::default(),
+    };
     let req = RenderRequest {
         store,
+        templates,
         sources: Sources {
             tasks_dir: a.tasks,
             workflows_dir: a.workflows,

@@ -10,7 +10,7 @@ pub mod addressing;
 pub mod binaries;
 mod error;
 pub mod kubeconfig;
-mod nodes;
+pub mod nodes;
 mod paths;
 mod pki;
 mod plane;

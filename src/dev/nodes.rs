@@ -89,6 +89,37 @@ pub async fn ensure_nodes(client: &Client, count: u32) -> Result<()> {
     Ok(())
 }
 
+/// Labels node `n` with the host name a workflow uses for it (`envbridge.dev/host`), for
+/// hosts not named like the local plane's nodes (`alio2-cr1-flp001`).
+pub async fn label_host(client: &Client, n: u32, host: &str) -> Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    let patch = serde_json::json!({"metadata": {"labels": {HOST_LABEL: host}}});
+    api.patch(
+        &addressing::node_name(n),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The node index each host gets: a host named like a node of the local plane (`flp007`)
+/// gets that node; any other host the next index after those, in the order given.
+pub fn host_indices(hosts: &[String]) -> Vec<(u32, String)> {
+    let own = |h: &str| addressing::node_index(&format!("{h}.cluster.local"));
+    let mut next = hosts.iter().filter_map(|h| own(h)).max().unwrap_or(0);
+    hosts
+        .iter()
+        .map(|h| match own(h) {
+            Some(n) => (n, h.clone()),
+            None => {
+                next += 1;
+                (next, h.clone())
+            }
+        })
+        .collect()
+}
+
 async fn existing_indices(api: &Api<Node>) -> Result<Vec<u32>> {
     let list = api
         .list_metadata(&ListParams::default().labels(HOST_LABEL))
@@ -161,6 +192,14 @@ mod tests {
     fn node_object_carries_label_addresses_and_cidr() {
         let n = node_object(3).expect("node");
         assert_eq!(n.metadata.name.as_deref(), Some("flp003.cluster.local"));
+        assert_eq!(
+            host_indices(&["flp002".into(), "alio2-cr1-flp001".into(), "flp005".into()]),
+            [
+                (2, "flp002".to_string()),
+                (6, "alio2-cr1-flp001".to_string()),
+                (5, "flp005".to_string())
+            ]
+        );
         let labels = n.metadata.labels.as_ref().expect("labels");
         assert_eq!(labels.get(HOST_LABEL).map(String::as_str), Some("flp003"));
         assert_eq!(labels.get("type").map(String::as_str), Some("kwok"));

@@ -55,6 +55,33 @@ pub struct SimRunnerArgs {
     /// thousands of pods; an injected crash then stops only that simulator's listener).
     #[arg(long)]
     pub in_process: bool,
+    /// Stand in for the processes of basic and hook tasks too: a running pod of such a task
+    /// is ended with exit 0 (through the `envbridge.dev/sim-succeed` kwok stage), as a
+    /// process that ran to completion.
+    #[arg(long)]
+    pub complete_tasks: bool,
+}
+
+/// Whether `pod` is a running basic or hook task on a simulated node that nothing has told
+/// to end yet.
+pub fn completes(pod: &Pod) -> bool {
+    let labels = pod.metadata.labels.as_ref();
+    let told = |l: &str| labels.is_some_and(|m| m.contains_key(l));
+    if pod.metadata.deletion_timestamp.is_some()
+        || told(super::stages::SIM_SUCCEED_LABEL)
+        || told(super::stages::SIM_FAIL_LABEL)
+    {
+        return false;
+    }
+    let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    let mode = pod
+        .spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .flat_map(|c| c.env.iter().flatten())
+        .find(|e| e.name == "ENVBRIDGE_CONTROL_MODE")
+        .and_then(|e| e.value.as_deref());
+    running && matches!(mode, Some("basic" | "hook"))
 }
 
 /// The simulator a pod calls for.
@@ -168,6 +195,7 @@ enum Run {
 }
 
 struct Runner {
+    pods: Api<Pod>,
     args: SimRunnerArgs,
     slots: HashMap<String, Slot>,
     /// Pods seen during a relist (watch restart), to drop the ones that vanished meanwhile.
@@ -183,6 +211,9 @@ impl Runner {
     }
 
     async fn apply(&mut self, pod: &Pod) {
+        if self.args.complete_tasks && completes(pod) {
+            self.complete(pod).await;
+        }
         let uid = Self::uid(pod);
         if let Some(seen) = self.relist.as_mut() {
             seen.insert(uid.clone());
@@ -197,6 +228,30 @@ impl Runner {
                 let run = self.start(&spec).await;
                 self.slots.insert(uid, Slot { spec, run });
             }
+        }
+    }
+
+    /// Ends a basic or hook task's pod with exit 0 (the kwok stage does it).
+    async fn complete(&self, pod: &Pod) {
+        let (Some(ns), Some(name)) = (
+            pod.metadata.namespace.as_deref(),
+            pod.metadata.name.as_deref(),
+        ) else {
+            return;
+        };
+        let api: Api<Pod> = Api::namespaced(self.pods.clone().into_client(), ns);
+        let patch =
+            serde_json::json!({"metadata": {"labels": {super::stages::SIM_SUCCEED_LABEL: "1"}}});
+        match api
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => info!("{ns}/{name}: basic/hook task ends with exit 0"),
+            Err(e) => warn!("{ns}/{name}: could not end the task's pod: {e}"),
         }
     }
 
@@ -461,7 +516,7 @@ pub async fn serve(
         None => Api::all(client),
     };
     let wc = watcher::Config::default().labels(&args.selector);
-    let mut events = watcher::watcher(pods, wc).default_backoff().boxed();
+    let mut events = watcher::watcher(pods.clone(), wc).default_backoff().boxed();
     let stop = Arc::new(tokio::sync::Notify::new());
     let stop2 = stop.clone();
     tokio::spawn(async move {
@@ -474,6 +529,7 @@ pub async fn serve(
         if args.in_process { ", in process" } else { "" }
     );
     let mut runner = Runner {
+        pods: pods.clone(),
         args,
         slots: HashMap::new(),
         relist: None,
@@ -537,6 +593,40 @@ mod tests {
                 ..Default::default()
             }),
         }
+    }
+
+    #[test]
+    fn running_basic_and_hook_pods_are_completed_once() {
+        let hook = pod(
+            "127.1.0.5",
+            "Running",
+            &[("ENVBRIDGE_CONTROL_MODE", "hook")],
+        );
+        assert!(completes(&hook));
+        assert!(completes(&pod(
+            "127.1.0.5",
+            "Running",
+            &[("ENVBRIDGE_CONTROL_MODE", "basic")]
+        )));
+        assert!(!completes(&pod(
+            "127.1.0.5",
+            "Pending",
+            &[("ENVBRIDGE_CONTROL_MODE", "hook")]
+        )));
+        assert!(!completes(&pod(
+            "127.1.0.5",
+            "Running",
+            &[("ENVBRIDGE_CONTROL_MODE", "fairmq")]
+        )));
+        let mut told = hook.clone();
+        told.metadata.labels = Some(
+            [(
+                crate::dev::stages::SIM_SUCCEED_LABEL.to_string(),
+                "1".to_string(),
+            )]
+            .into(),
+        );
+        assert!(!completes(&told), "already told to end");
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod ports;
 pub mod resolve;
 mod reuse;
 mod task_ref;
+pub mod templates;
 mod view;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -70,6 +71,8 @@ pub struct RenderRequest {
     pub sets: Vec<(String, String)>,
     /// The site's configuration store (site variables, inventory, component configuration).
     pub store: Arc<ConfigStore>,
+    /// The site's mapping from task classes and control modes to TaskTemplates.
+    pub templates: Arc<templates::TemplateMap>,
     /// Seeds every derived name; default: a hash of the workflow's name.
     pub env_id: Option<String>,
     /// Namespace of the objects (none: left to the applier).
@@ -93,6 +96,7 @@ impl Default for RenderRequest {
             workflow: PathBuf::new(),
             sets: Vec::new(),
             store: Arc::new(ConfigStore::empty()),
+            templates: Arc::default(),
             env_id: None,
             namespace: None,
             system: "FLP".to_string(),
@@ -206,7 +210,7 @@ fn build_on(req: &RenderRequest, cores: usize) -> Result<Plan, RenderError> {
     let mut strings = TaskStrings::new(&req.system);
     for ((t, port), channels) in resolved.into_iter().zip(control).zip(chans) {
         locs.push(t.loc.clone());
-        tasks.push(task_ref(t, port, channels, &mut strings));
+        tasks.push(task_ref(t, port, channels, &mut strings, &req.templates));
     }
     // Names and ids are checked once all are made (borrowed, not copied); the first task
     // whose name or id is taken is reported, as before.
@@ -352,7 +356,17 @@ fn task_ref(
     port: u16,
     channels: channels::ChannelArgs,
     strings: &mut TaskStrings,
+    templates: &templates::TemplateMap,
 ) -> TaskRef {
+    // The site's class entry, the `task_template` variable, the site's mode entry, the class.
+    let template = match templates.for_class(&t.class) {
+        Some(m) => m.to_string(),
+        None => t
+            .template_var
+            .clone()
+            .or_else(|| templates.for_mode(t.mode).map(str::to_string))
+            .unwrap_or_else(|| t.class_template.clone()),
+    };
     let mut env = t.env;
     // The anchor's rule: a default is added unless an entry's name starts with its name.
     let has = |env: &[EnvVar], n: &str| env.iter().any(|e| e.name.starts_with(n));
@@ -401,7 +415,7 @@ fn task_ref(
         path: t.path,
         class: t.class,
         node: t.node,
-        template: names::dns_label(&t.template, names::DNS_LABEL_MAX),
+        template: names::dns_label(&template, names::DNS_LABEL_MAX),
         control_mode: t.mode,
         control_port: port,
         critical: t.critical,

@@ -37,7 +37,10 @@ pub struct ResolvedTask {
     pub loc: Loc,
     pub class: String,
     pub node: String,
-    pub template: String,
+    /// The `task_template` variable, if defined.
+    pub template_var: Option<String>,
+    /// The class's `name:` (else its file name): the template when nothing else names one.
+    pub class_template: String,
     pub mode: ControlMode,
     pub critical: bool,
     pub command: String,
@@ -221,12 +224,10 @@ fn resolve_fields(
             args.push(v);
         }
     }
-    let template = match scope.var("task_template")? {
-        Some(v) => String::from(&*v),
-        None => match &class.name {
-            Some(n) => ev(n)?,
-            None => String::from(&*class.id),
-        },
+    let template_var = scope.var("task_template")?.map(|v| String::from(&*v));
+    let class_template = match &class.name {
+        Some(n) => ev(n)?,
+        None => String::from(&*class.id),
     };
     let critical = match &t.spec.critical {
         Some(c) => !is_falsy(&ev(c)?),
@@ -261,7 +262,8 @@ fn resolve_fields(
         loc: t.loc.clone(),
         class: String::from(&*class.id),
         node,
-        template,
+        template_var,
+        class_template,
         mode,
         critical,
         command: opt(&class.command.value)?

@@ -3,6 +3,8 @@
 //! restart, leader election. The cluster side is played by `sim` (see its doc) so that
 //! delays and failures are exact.
 
+#[path = "daemon/anchor.rs"]
+mod anchor;
 #[path = "daemon/apf.rs"]
 mod apf;
 #[path = "daemon/fixture.rs"]

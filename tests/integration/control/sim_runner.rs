@@ -117,6 +117,7 @@ async fn sim_runner_serves_each_pod_and_stops_with_it() {
         sim_exe: Some(env!("CARGO_BIN_EXE_envbridge").into()),
         log_dir: None,
         in_process: false,
+        complete_tasks: false,
     };
     let runner = tokio::spawn(sim_runner::serve(args, async move {
         let _ = stop_rx.await;
