@@ -9,6 +9,9 @@
 //! (The render's own task references share the strings of a class; serializing those reads far
 //! less distinct memory, so it is printed too, but it is not the baseline.)
 //!
+//! Then the anchor's own readout-dataflow (../shared/corpus, unmodified) for 250 hosts, with a
+//! configuration store listing them, measured the same way.
+//!
 //! The render runs as `envbridge render` does, on this machine's cores (a large render resolves
 //! and serializes its tasks on several threads); a single-thread render is measured and printed
 //! beside it.
@@ -61,6 +64,12 @@ struct Unfactored {
     args: Vec<String>,
     control_port: u16,
     channels: BTreeMap<String, String>,
+    command: String,
+    shell: bool,
+    user: String,
+    control_mode: envbridge::plan::ControlMode,
+    critical: bool,
+    properties: BTreeMap<String, String>,
 }
 
 #[derive(Serialize)]
@@ -91,6 +100,12 @@ impl From<TaskView<'_>> for Unfactored {
                 .iter()
                 .map(|(k, v)| (String::from(&**k), String::from(&**v)))
                 .collect(),
+            command: v.command.to_owned(),
+            shell: v.shell,
+            user: v.user.to_owned(),
+            control_mode: v.control_mode,
+            critical: v.critical,
+            properties: v.properties.clone(),
         }
     }
 }
@@ -119,61 +134,118 @@ fn main() {
             env_id: Some("bench".into()),
             ..RenderRequest::default()
         };
-        let mut render_t = Vec::new();
-        let mut one_t = Vec::new();
-        let mut ser_t = Vec::new();
-        let mut shared_t = Vec::new();
-        let mut bytes = 0;
-        let mut objects = 0;
-        for _ in 0..RUNS {
-            let t0 = Instant::now();
-            let r = match plan::render(&req) {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    std::process::exit(2);
-                }
-            };
-            render_t.push(t0.elapsed());
-            assert_eq!(r.tasks().len(), tasks);
-            objects = r.task_sets.len() + 1;
-            // Built untimed, as one list after the other (a plain list's memory order).
-            let list: Vec<Unfactored> = r.tasks().map(|t| TaskView::from(t).into()).collect();
-            let t1 = Instant::now();
-            let json = serde_json::to_vec(&list).expect("serialize");
-            ser_t.push(t1.elapsed());
-            bytes = json.len();
-            let t2 = Instant::now();
-            let view: Vec<TaskView> = r.tasks().map(TaskView::from).collect();
-            let shared = serde_json::to_vec(&view).expect("serialize");
-            shared_t.push(t2.elapsed());
-            assert!(shared == json, "the baseline serializes the same view");
-            // Last, so that the baselines run right after the render, as they always did.
-            let sets = r.task_sets.len();
-            drop((view, shared, json, list));
-            drop(r);
-            let one = RenderRequest {
-                threads: 1,
-                ..req.clone()
-            };
-            let t3 = Instant::now();
-            let single = plan::render(&one).map(|r| r.task_sets.len());
-            one_t.push(t3.elapsed());
-            assert_eq!(single.ok(), Some(sets));
-        }
-        let (rb, rm) = stats(render_t);
-        let (sb, sm) = stats(ser_t);
-        let (_, shm) = stats(shared_t);
-        let (_, om) = stats(one_t);
-        println!(
-            "{tasks:>6} tasks on {nodes:>4} nodes ({objects} objects): render {rb:8.1} / {rm:8.1}   \
-             serialize -o tasks JSON ({:.1} MiB) {sb:6.1} / {sm:6.1}   ratio median {:.2}x, best {:.2}x   \
-             (one thread: render {om:.1}, ratio {:.2}x; view over the shared task refs: {shm:.1}, ratio {:.2}x)",
-            bytes as f64 / (1024.0 * 1024.0),
-            rm / sm,
-            rb / sb,
-            om / sm,
-            rm / shm
+        measure(
+            &format!("{tasks:>6} tasks on {nodes:>4} nodes"),
+            &req,
+            tasks,
         );
     }
+    // The anchor's own main workflow, unmodified, for 250 hosts with a store of 250 hosts.
+    match anchor(250) {
+        Some(req) => measure("anchor readout-dataflow, 250 hosts", &req, 250 * 5),
+        None => println!("anchor readout-dataflow: ../shared/corpus not found, skipped"),
+    }
+}
+
+/// The anchor's readout-dataflow for `hosts` hosts, with a configuration store that lists them.
+fn anchor(hosts: usize) -> Option<RenderRequest> {
+    let cw = ["../shared", "../../shared"]
+        .iter()
+        .map(|c| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(c)
+                .join("corpus/aliecs/controlworkflows")
+        })
+        .find(|p| p.is_dir())?;
+    let names: Vec<String> = (1..=hosts).map(|i| format!("flp{i:03}")).collect();
+    let mut store = String::from("o2:\n  components:\n    readout:\n      ANY:\n        any:\n");
+    for h in &names {
+        store.push_str(&format!("          readout-stfb-{h}: x\n"));
+    }
+    store.push_str("  hardware:\n    detectors:\n      TST:\n        flps:\n");
+    for h in &names {
+        store.push_str(&format!("          {h}: {{}}\n"));
+    }
+    store.push_str(
+        "  runtime:\n    aliecs:\n      defaults:\n        consul_endpoint: 127.0.0.1:8500\n        \
+         o2_install_path: /opt/o2\n        modulepath: ''\n        infologger_mode: stdout\n        \
+         infologger_severity: info\n        monitoring_dd_url: no-op://\n        \
+         dd_discovery_endpoint: no-op://\n        fmq_rate_logging: '0'\n        detector: TST\n        \
+         ddsched_enabled: 'false'\n",
+    );
+    let store = envbridge::workflow::store::ConfigStore::parse("bench-store.yaml", &store)
+        .unwrap_or_else(|e| panic!("{e}"));
+    Some(RenderRequest {
+        sources: Sources {
+            tasks_dir: cw.join("tasks"),
+            workflows_dir: Some(cw.join("workflows")),
+            defaults_files: vec![],
+        },
+        workflow: cw.join("workflows/readout-dataflow.yaml"),
+        sets: vec![("hosts".into(), serde_json::to_string(&names).expect("json"))],
+        store: std::sync::Arc::new(store),
+        env_id: Some("bench".into()),
+        ..RenderRequest::default()
+    })
+}
+
+/// Renders `req` [`RUNS`] times (and once more on one thread), serializes the unfactored view
+/// after each, and prints best / median of each and their ratio.
+fn measure(label: &str, req: &RenderRequest, tasks: usize) {
+    let mut render_t = Vec::new();
+    let mut one_t = Vec::new();
+    let mut ser_t = Vec::new();
+    let mut shared_t = Vec::new();
+    let mut bytes = 0;
+    let mut objects = 0;
+    for _ in 0..RUNS {
+        let t0 = Instant::now();
+        let r = match plan::render(req) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(2);
+            }
+        };
+        render_t.push(t0.elapsed());
+        assert_eq!(r.tasks().len(), tasks);
+        objects = r.task_sets.len() + 1;
+        // Built untimed, as one list after the other (a plain list's memory order).
+        let list: Vec<Unfactored> = r.tasks().map(|t| TaskView::from(t).into()).collect();
+        let t1 = Instant::now();
+        let json = serde_json::to_vec(&list).expect("serialize");
+        ser_t.push(t1.elapsed());
+        bytes = json.len();
+        let t2 = Instant::now();
+        let view: Vec<TaskView> = r.tasks().map(TaskView::from).collect();
+        let shared = serde_json::to_vec(&view).expect("serialize");
+        shared_t.push(t2.elapsed());
+        assert!(shared == json, "the baseline serializes the same view");
+        // Last, so that the baselines run right after the render, as they always did.
+        let sets = r.task_sets.len();
+        drop((view, shared, json, list));
+        drop(r);
+        let one = RenderRequest {
+            threads: 1,
+            ..req.clone()
+        };
+        let t3 = Instant::now();
+        let single = plan::render(&one).map(|r| r.task_sets.len());
+        one_t.push(t3.elapsed());
+        assert_eq!(single.ok(), Some(sets));
+    }
+    let (rb, rm) = stats(render_t);
+    let (sb, sm) = stats(ser_t);
+    let (_, shm) = stats(shared_t);
+    let (_, om) = stats(one_t);
+    println!(
+        "{label} ({tasks} tasks, {objects} objects): render {rb:8.1} / {rm:8.1}   \
+         serialize -o tasks JSON ({:.1} MiB) {sb:6.1} / {sm:6.1}   ratio median {:.2}x, best {:.2}x   \
+         (one thread: render {om:.1}, ratio {:.2}x; view over the shared task refs: {shm:.1}, ratio {:.2}x)",
+        bytes as f64 / (1024.0 * 1024.0),
+        rm / sm,
+        rb / sb,
+        om / sm,
+        rm / shm
+    );
 }
