@@ -243,3 +243,27 @@ fn the_site_mapping_names_each_task_s_template() {
     );
     assert_eq!(seen["fairmq-shmmonitor"], "hook-task");
 }
+
+/// The anchor's `!public` markers stay in the model with all their metadata.
+#[test]
+fn the_anchor_s_public_variables_keep_their_metadata() {
+    let wf =
+        envbridge::workflow::load::load_workflow(&cw().join("workflows/readout-dataflow.yaml"))
+            .unwrap_or_else(|e| panic!("{e}"));
+    let declared = envbridge::workflow::public::declared(&wf);
+    let get = |n: &str| {
+        declared
+            .iter()
+            .find(|d| &*d.name == n)
+            .unwrap_or_else(|| panic!("{n} not declared"))
+    };
+    assert!(declared.iter().filter(|d| d.meta.public).count() > 50);
+    let det = get("detectors");
+    assert!(det.meta.public);
+    assert_eq!(det.meta.fields["widget"], "detectorSelector");
+    assert_eq!(det.meta.fields["panel"], "Detectors");
+    let dcs = get("dcs_enabled");
+    assert_eq!(dcs.default.as_deref(), Some("false"));
+    assert_eq!(dcs.meta.fields["type"], "bool");
+    assert_eq!(dcs.meta.fields["label"], "DCS");
+}

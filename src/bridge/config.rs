@@ -47,6 +47,11 @@ pub struct BridgeConfig {
     pub defaults_files: Vec<PathBuf>,
     /// The site's configuration store file (the anchor's layout), reloaded when it changes.
     pub config_store: Option<PathBuf>,
+    /// The site's configuration store in a ConfigMap (namespace, name), key `config.yaml`,
+    /// watched through the API (instead of `config_store`).
+    pub config_map: Option<(String, String)>,
+    /// Integration plugin -> endpoint URL that receives its calls (docs/integrations.md).
+    pub integrations: std::collections::BTreeMap<String, String>,
     /// The site's class -> TaskTemplate mapping (read at start).
     pub templates: Option<PathBuf>,
 }
@@ -75,6 +80,8 @@ impl Default for BridgeConfig {
             workflows_dir: PathBuf::from("manifests/control-workflows/workflows"),
             defaults_files: vec![],
             config_store: None,
+            config_map: None,
+            integrations: Default::default(),
             templates: None,
         }
     }

@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod config;
+pub mod config_map_store;
 pub mod config_store;
 pub mod convert;
 pub mod deploy;

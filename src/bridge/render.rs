@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::config_map_store::SharedStore;
 use super::config_store::StoreFile;
 use crate::plan::templates::TemplateMap;
 use crate::workflow::store::ConfigStore;
@@ -12,10 +13,41 @@ use super::{BridgeConfig, BridgeError, CreateSpec, Objects, Renderer, TakenPorts
 use crate::plan::{RenderRequest, render as render_core};
 use crate::workflow::Sources;
 
+/// Where the daemon's renders take the configuration store from.
+#[derive(Clone, Debug)]
+pub enum StoreSource {
+    None,
+    File(Arc<StoreFile>),
+    ConfigMap(Arc<SharedStore>),
+}
+
+impl StoreSource {
+    /// The file named in the settings, if any (a ConfigMap needs a watch: see
+    /// [`crate::bridge::config_map_store::watch`]).
+    pub fn of(cfg: &BridgeConfig) -> Self {
+        match &cfg.config_store {
+            Some(p) => StoreSource::File(Arc::new(StoreFile::new(p.clone()))),
+            None => StoreSource::None,
+        }
+    }
+
+    fn current(&self) -> Result<Arc<ConfigStore>, String> {
+        match self {
+            StoreSource::None => Ok(Arc::new(ConfigStore::empty())),
+            StoreSource::File(f) => f.current(),
+            StoreSource::ConfigMap(s) => s.current(),
+        }
+    }
+}
+
 /// The renderer the daemon uses, reading task classes and workflows from the configured dirs.
 pub fn renderer(cfg: &BridgeConfig) -> Renderer {
+    renderer_with(cfg, StoreSource::of(cfg))
+}
+
+/// [`renderer`] with the configuration store from `store`.
+pub fn renderer_with(cfg: &BridgeConfig, store: StoreSource) -> Renderer {
     let cfg = cfg.clone();
-    let store = cfg.config_store.clone().map(StoreFile::new);
     // Read once here: a broken mapping is reported at the first create that needs it.
     let templates = cfg
         .templates
@@ -27,10 +59,7 @@ pub fn renderer(cfg: &BridgeConfig) -> Renderer {
             Some(Err(e)) => return Err(BridgeError::Render(format!("template mapping: {e}"))),
             None => Arc::default(),
         };
-        let store = match &store {
-            Some(f) => f.current().map_err(BridgeError::Render)?,
-            None => Arc::new(ConfigStore::empty()),
-        };
+        let store = store.current().map_err(BridgeError::Render)?;
         render_with(&cfg, store, templates, spec, id, taken)
     })
 }
@@ -96,11 +125,56 @@ pub fn render_with(
         tcp_ports: cfg.tcp_ports.clone(),
         ..RenderRequest::default()
     };
-    let r = render_core(&req).map_err(|e| BridgeError::Render(e.to_string()))?;
+    let mut r = render_core(&req).map_err(|e| BridgeError::Render(e.to_string()))?;
+    route_calls(cfg, &req.store, &mut r.environment.spec.hooks)?;
     Ok(Objects {
         environment: r.environment,
         task_sets: r.task_sets,
     })
+}
+
+/// Where each call goes: the plugin's endpoint from the daemon's `integrations`, else the
+/// store's `o2/runtime/envbridge/integrations/<plugin>`. A triggered critical call that no
+/// endpoint serves refuses the create, naming it; a non-critical one is a warning.
+pub fn route_calls(
+    cfg: &BridgeConfig,
+    store: &ConfigStore,
+    calls: &mut [crate::crd::HookRef],
+) -> Result<(), BridgeError> {
+    let mut unserved = Vec::new();
+    for c in calls.iter_mut() {
+        c.endpoint = cfg.integrations.get(&c.plugin).cloned().or_else(|| {
+            store
+                .get(&format!("o2/runtime/envbridge/integrations/{}", c.plugin))
+                .and_then(|n| n.as_str())
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        });
+        if let Some(e) = &c.endpoint
+            && !e.starts_with("http://")
+        {
+            unserved.push(format!(
+                "call {}: endpoint `{e}` of plugin `{}` is not an http:// URL",
+                c.path, c.plugin
+            ));
+        }
+        if c.endpoint.is_none() && c.trigger.is_some() {
+            let what = format!(
+                "call {} ({}): no endpoint serves plugin `{}` (daemon setting `integrations`, or the store's o2/runtime/envbridge/integrations/{})",
+                c.path, c.func, c.plugin, c.plugin
+            );
+            if c.critical {
+                unserved.push(what);
+            } else {
+                tracing::warn!("{what}: a non-critical call, it will be skipped with a warning");
+            }
+        }
+    }
+    if unserved.is_empty() {
+        Ok(())
+    } else {
+        Err(BridgeError::Invalid(unserved))
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use envbridge::bridge::config_map_store::{self, SharedStore};
 use envbridge::bridge::leader::{self, LeaseConfig};
+use envbridge::bridge::render::StoreSource;
 use envbridge::bridge::{Bridge, BridgeConfig, Metrics, NamespaceMode};
 use envbridge::server::{self, ServerConfig};
 use envbridge::state::Event;
@@ -55,6 +57,14 @@ pub struct DaemonArgs {
     /// component configuration. Reloaded when the file changes (a mounted ConfigMap).
     #[arg(long, env = "ENVBRIDGE_CONFIG_STORE", value_name = "FILE")]
     pub config_store: Option<PathBuf>,
+    /// The site's configuration store in a ConfigMap, NAMESPACE/NAME, key `config.yaml`,
+    /// watched through the API (instead of --config-store).
+    #[arg(long, env = "ENVBRIDGE_CONFIG_MAP", value_name = "NAMESPACE/NAME", value_parser = namespaced_name, conflicts_with = "config_store")]
+    pub config_map: Option<(String, String)>,
+    /// An integration plugin's endpoint, PLUGIN=URL (repeatable): where its `call:` roles
+    /// are sent (docs/integrations.md).
+    #[arg(long = "integration", value_name = "PLUGIN=URL", value_parser = plugin_endpoint)]
+    pub integrations: Vec<(String, String)>,
     /// The site's mapping from task classes and control modes to TaskTemplates.
     #[arg(long, env = "ENVBRIDGE_TEMPLATES", value_name = "FILE")]
     pub templates: Option<PathBuf>,
@@ -127,6 +137,9 @@ pub struct FileConfig {
     #[serde(default)]
     pub defaults: Vec<PathBuf>,
     pub config_store: Option<PathBuf>,
+    pub config_map: Option<String>,
+    #[serde(default)]
+    pub integrations: std::collections::BTreeMap<String, String>,
     pub templates: Option<PathBuf>,
     pub control_ports: Option<String>,
     pub tcp_ports: Option<String>,
@@ -190,6 +203,20 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     }
     b.config_store = a.config_store.or(f.config_store);
     b.templates = a.templates.or(f.templates);
+    b.integrations = f.integrations;
+    for (k, v) in f_checked(&b.integrations)?
+        .into_iter()
+        .chain(a.integrations)
+    {
+        b.integrations.insert(k, v);
+    }
+    b.config_map = match a.config_map {
+        Some(cm) => Some(cm),
+        None => f.config_map.as_deref().map(namespaced_name).transpose()?,
+    };
+    if b.config_map.is_some() && b.config_store.is_some() {
+        return Err("config-store and config-map name two stores: give one".to_string());
+    }
     b.defaults_files = if a.defaults.is_empty() {
         f.defaults
     } else {
@@ -337,6 +364,35 @@ pub fn init_logging(format: LogFormat) {
     };
 }
 
+/// `PLUGIN=URL`, an http:// URL.
+fn plugin_endpoint(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((p, u)) if !p.is_empty() && u.starts_with("http://") => {
+            Ok((p.to_string(), u.to_string()))
+        }
+        _ => Err(format!("`{s}` is not PLUGIN=http://HOST:PORT/PATH")),
+    }
+}
+
+/// The settings file's `integrations`, each checked as `--integration` is.
+fn f_checked(
+    m: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, String> {
+    m.iter()
+        .map(|(k, v)| plugin_endpoint(&format!("{k}={v}")))
+        .collect()
+}
+
+/// `NAMESPACE/NAME`.
+fn namespaced_name(s: &str) -> Result<(String, String), String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_string(), name.to_string()))
+        }
+        _ => Err(format!("`{s}` is not NAMESPACE/NAME")),
+    }
+}
+
 pub fn run(args: DaemonArgs) -> ExitCode {
     let settings = match resolve(args) {
         Ok(s) => s,
@@ -373,9 +429,23 @@ async fn serve(s: Settings) -> Result<(), String> {
         metrics.apiserver_throttled.clone(),
     )
     .map_err(|e| format!("kubernetes client: {e}"))?;
-    let renderer = envbridge::bridge::render::renderer(&s.bridge);
-    let bridge = Bridge::new(client.clone(), s.bridge, metrics.clone(), renderer);
     let stop = CancellationToken::new();
+    let store = match &s.bridge.config_map {
+        Some((ns, name)) => {
+            let shared = SharedStore::new(ns, name);
+            tokio::spawn(config_map_store::watch(
+                client.clone(),
+                ns.clone(),
+                name.clone(),
+                shared.clone(),
+                stop.clone(),
+            ));
+            StoreSource::ConfigMap(shared)
+        }
+        None => StoreSource::of(&s.bridge),
+    };
+    let renderer = envbridge::bridge::render::renderer_with(&s.bridge, store);
+    let bridge = Bridge::new(client.clone(), s.bridge, metrics.clone(), renderer);
     let election = s.lease.is_some();
     if let Some(lease) = s.lease {
         // Under election a replica is a standby until the lease says otherwise.

@@ -34,7 +34,7 @@ pub struct LogsArgs {
 }
 
 fn since(s: &str) -> Result<Duration, String> {
-    envbridge::plan::resolve::parse_duration(s)
+    envbridge::workflow::duration::parse_duration(s)
         .map(|secs| Duration::from_secs(secs.into()))
         .ok_or_else(|| format!("expected a duration like 30s, 5m or 1h, got {s:?}"))
 }

@@ -66,12 +66,29 @@ pub struct TaskSetRef {
 #[serde(rename_all = "camelCase")]
 pub struct HookRef {
     pub path: String,
+    /// As written (`dcs.StartOfRun()`).
     pub func: String,
+    /// The integration plugin (`dcs`) and its function (`StartOfRun`).
+    #[serde(default)]
+    pub plugin: String,
+    #[serde(default)]
+    pub function: String,
+    /// The arguments, evaluated at render time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arguments: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub r#await: Option<String>,
     pub critical: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u32>,
+    /// The variables the call's role declares, evaluated.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub variables: BTreeMap<String, String>,
+    /// Where the call is sent (the plugin's endpoint, set by the daemon); none: not sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -102,11 +102,17 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
 
     // With hook tasks the Tasks' transitions are gated step by step (see `hooks`): looked
     // at on every reconcile, not only when the generation changes.
-    let has_hooks = refs.iter().any(|r| r.control_mode == ControlMode::Hook);
+    let has_hooks = refs.iter().any(|r| r.control_mode == ControlMode::Hook)
+        || env.spec.hooks.iter().any(|h| h.trigger.is_some());
     let gate = match (&env.spec.transition, has_hooks) {
         (Some(req), true) => {
             let now: Vec<Arc<Task>> = ctx.tasks.state().into_iter().filter(|t| mine(t)).collect();
-            Some((req, hook_gate(&env, req, &refs, &now)))
+            let (gate, start, calls) = hook_gate(&ctx, &env, req, &refs, &now);
+            for i in calls {
+                ctx.calls
+                    .start(&env_uid, &env.spec.id, req, &env.spec.hooks[i], || {});
+            }
+            Some((req, (gate, start)))
         }
         _ => None,
     };
@@ -198,24 +204,32 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
     status.failing_tasks = agg.failing_tasks;
     status.transition = match &env.spec.transition {
         Some(req) if has_hooks => {
-            let (gate, _) = hook_gate(&env, req, &refs, &tasks);
+            let (gate, _, _) = hook_gate(&ctx, &env, req, &refs, &tasks);
             Some(hook_transition_status(req, &gate.outcome))
         }
         _ => agg.transition,
     };
     publish_changes(&ctx, &env, &old, &status).await;
     write_status(&ctx, &api, &env, &old, status).await?;
+    // A call in flight ends without any watch event: look again soon.
+    if let Some(req) = &env.spec.transition
+        && ctx.calls.any_running(&env_uid, req)
+    {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
-/// The hook gate of transition `req` from the environment's Tasks as stored, and the names of
-/// the hook tasks to start now.
+/// The hook gate of transition `req` from the environment's Tasks as stored and its calls
+/// as they stand: the gate, the names of the hook tasks to start now, and the calls to send
+/// now (indices into `spec.hooks`).
 fn hook_gate(
+    ctx: &Ctx,
     env: &Environment,
     req: &TransitionRequest,
     refs: &[TaskRef],
     tasks: &[Arc<Task>],
-) -> (hooks::Gate, HashSet<String>) {
+) -> (hooks::Gate, HashSet<String>, Vec<usize>) {
     let by_name: HashMap<&str, &Task> = tasks
         .iter()
         .filter_map(|t| t.metadata.name.as_deref().map(|n| (n, t.as_ref())))
@@ -224,9 +238,11 @@ fn hook_gate(
         .iter()
         .filter(|r| r.control_mode == ControlMode::Hook)
         .collect();
-    let list: Vec<hooks::Hook> = hook_refs
+    let env_uid = env.uid().unwrap_or_default();
+    let mut list: Vec<hooks::Hook> = hook_refs
         .iter()
         .map(|r| hooks::Hook {
+            kind: "hook task",
             name: &r.name,
             trigger: r.trigger.as_deref().unwrap_or(""),
             await_: r.r#await.as_deref(),
@@ -234,6 +250,15 @@ fn hook_gate(
             run: hook_run(by_name.get(r.name.as_str()).copied(), req),
         })
         .collect();
+    let first_call = list.len();
+    list.extend(env.spec.hooks.iter().map(|c| hooks::Hook {
+        kind: "call",
+        name: &c.path,
+        trigger: c.trigger.as_deref().unwrap_or(""),
+        await_: c.r#await.as_deref(),
+        critical: c.critical,
+        run: ctx.calls.run_of(&env_uid, req, &c.path),
+    }));
     // The non-hook tasks' part of the transition, as the aggregate sees it.
     let plain: Vec<&Task> = by_name.values().copied().collect();
     let expected = refs.len() - hook_refs.len();
@@ -248,9 +273,16 @@ fn hook_gate(
     let start = gate
         .start
         .iter()
+        .filter(|i| **i < first_call)
         .map(|i| list[*i].name.to_string())
         .collect();
-    (gate, start)
+    let calls = gate
+        .start
+        .iter()
+        .filter(|i| **i >= first_call)
+        .map(|i| i - first_call)
+        .collect();
+    (gate, start, calls)
 }
 
 /// Where hook task `t` stands in transition `req`: its status answered the id (ended), or

@@ -174,6 +174,8 @@ pub enum Run {
 
 #[derive(Debug, Clone)]
 pub struct Hook<'a> {
+    /// What it is, for messages: `hook task` or `call`.
+    pub kind: &'a str,
     pub name: &'a str,
     pub trigger: &'a str,
     /// None: the trigger.
@@ -236,7 +238,8 @@ pub fn gate(event: Event, hooks: &[Hook], tasks: &Tasks) -> Gate {
             Some(aw) if aw >= trig => placed.push((i, trig, aw)),
             _ => {
                 let why = format!(
-                    "hook task {}: await {:?} is not a moment of {} at or after its trigger {:?}",
+                    "{} {}: await {:?} is not a moment of {} at or after its trigger {:?}",
+                    h.kind,
                     h.name,
                     h.await_.unwrap_or(""),
                     event.as_str(),
@@ -276,16 +279,16 @@ pub fn gate(event: Event, hooks: &[Hook], tasks: &Tasks) -> Gate {
         for (i, _, _) in placed.iter().filter(|(_, _, a)| *a == step) {
             let h = &hooks[*i];
             match &h.run {
-                Run::Idle | Run::Started => waiting.push(format!("hook task {}", h.name)),
+                Run::Idle | Run::Started => waiting.push(format!("{} {}", h.kind, h.name)),
                 Run::Succeeded => {}
                 Run::Failed(why) if h.critical => {
                     return Gate {
                         start,
                         release_tasks,
-                        outcome: Outcome::Failed(format!("hook task {}: {why}", h.name)),
+                        outcome: Outcome::Failed(format!("{} {}: {why}", h.kind, h.name)),
                     };
                 }
-                Run::Failed(why) => warnings.push(format!("hook task {}: {why}", h.name)),
+                Run::Failed(why) => warnings.push(format!("{} {}: {why}", h.kind, h.name)),
             }
         }
         if step == TASKS_STEP {
@@ -322,6 +325,7 @@ mod tests {
 
     fn hook<'a>(name: &'a str, trigger: &'a str, await_: Option<&'a str>, run: Run) -> Hook<'a> {
         Hook {
+            kind: "hook task",
             name,
             trigger,
             await_,

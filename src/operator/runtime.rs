@@ -41,6 +41,8 @@ pub struct Ctx {
     /// Service, until its store shows it: a reconcile in between (store lag) does not send
     /// the same request again.
     pub requested: DashMap<(&'static str, String), std::time::Instant>,
+    /// Integration calls in flight and their outcomes.
+    pub calls: Arc<super::calls::Calls>,
     listed: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -190,6 +192,7 @@ pub async fn run_controllers(
         let _ = listed_tx.send(true);
     });
     let ctx = Arc::new(Ctx {
+        calls: Arc::default(),
         listed: listed_rx,
         recorder: Recorder::new(client.clone(), reporter),
         pod_settings: args.pod_settings(),

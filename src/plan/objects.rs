@@ -130,9 +130,15 @@ pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize, parallel:
         .map(|h| HookRef {
             path: h.path.clone(),
             func: h.func.clone(),
+            plugin: h.plugin.clone(),
+            function: h.function.clone(),
+            arguments: h.arguments.clone(),
             trigger: h.trigger.clone(),
             r#await: h.r#await.clone(),
             critical: h.critical,
+            timeout_seconds: h.timeout_seconds,
+            variables: h.variables.clone(),
+            endpoint: None,
         })
         .collect();
     let spec = EnvironmentSpec {

@@ -122,14 +122,56 @@ pub struct TaskInstance {
     pub connect: Arc<[Channel]>,
 }
 
-/// A call role: recorded, not deployed.
+/// A call role: recorded, not deployed; run by an integration at its trigger.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HookInstance {
     pub path: String,
+    /// As written (`dcs.StartOfRun()`).
     pub func: String,
+    /// `dcs`, `StartOfRun`, and the arguments evaluated in the role's scope.
+    pub plugin: String,
+    pub function: String,
+    pub arguments: Vec<String>,
     pub trigger: Option<String>,
+    /// Defaults to the trigger.
     pub r#await: Option<String>,
     pub critical: bool,
+    pub timeout_seconds: Option<u32>,
+    /// The variables the call's role declares (`defaults`, `vars`), evaluated.
+    pub variables: std::collections::BTreeMap<String, String>,
+}
+
+/// `plugin.Function(args...)`: the plugin, the function and the arguments, each argument
+/// evaluated as an expression in `scope` (a string as it is, anything else as Go prints it).
+fn call_parts(func: &str, scope: &Scope, loc: &Loc) -> Result<(String, String, Vec<String>)> {
+    let f = func.trim();
+    let shape = || {
+        Error::new(
+            loc,
+            format!("call `func` `{func}`: expected plugin.Function(arguments)"),
+        )
+    };
+    let open = f.find('(').ok_or_else(shape)?;
+    let body = f[open + 1..].strip_suffix(')').ok_or_else(shape)?;
+    let (plugin, function) = f[..open].trim().split_once('.').ok_or_else(shape)?;
+    let arguments = if body.trim().is_empty() {
+        Vec::new()
+    } else {
+        // Evaluated as one list, so that commas inside strings and calls stay where they are.
+        let list = super::template::parse(&format!("{{{{ [{body}] }}}}"), loc, &|_| loc.clone())?;
+        let text = scope.eval_here(&list)?;
+        match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(serde_json::Value::Array(items)) => items
+                .into_iter()
+                .map(|v| match v {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                })
+                .collect(),
+            _ => return Err(shape()),
+        }
+    };
+    Ok((plugin.to_string(), function.to_string(), arguments))
 }
 
 /// An expanded workflow.
@@ -451,12 +493,48 @@ impl<'e> Expander<'e> {
                 let func = scope.eval_here(&call.func)?;
                 super::expr::check(&func, super::expr::Dialect::Call)
                     .map_err(|m| Error::new(&call.func.loc, format!("call `func`: {m}")))?;
+                let (plugin, function, arguments) = call_parts(&func, &scope, &call.func.loc)?;
+                let trigger = opt(&call.trigger)?.filter(|t| !t.trim().is_empty());
+                let timeout_seconds = match &call.timeout {
+                    Some(t) => {
+                        let text = scope.eval_here(t)?;
+                        Some(super::duration::parse_duration(&text).ok_or_else(|| {
+                            Error::new(
+                                &t.loc,
+                                format!("timeout `{text}` is not a duration (e.g. 30s, 2m, 90)"),
+                            )
+                        })?)
+                    }
+                    // The anchor's default for a triggered call: 30 s.
+                    None => trigger.as_ref().map(|_| 30),
+                };
+                // What the call's role and its parents below the workflow's root declare (where
+                // the anchor's workflows keep a plugin's settings), as the integration receives it.
+                let mut variables = std::collections::BTreeMap::new();
+                let frames = ctx.chain.frames();
+                let names = frames
+                    .iter()
+                    .skip(1)
+                    .flat_map(|f| f.defaults().iter().chain(f.vars()))
+                    .flat_map(|l| l.block.vars.keys());
+                for name in names {
+                    if let Ok(Some(v)) = scope.var(name) {
+                        variables.insert(name.to_string(), v.to_string());
+                    }
+                }
                 self.hooks.push(HookInstance {
                     path: path.to_string(),
                     func,
-                    trigger: opt(&call.trigger)?,
-                    r#await: opt(&call.r#await)?,
+                    plugin,
+                    function,
+                    arguments,
+                    r#await: opt(&call.r#await)?
+                        .filter(|a| !a.trim().is_empty())
+                        .or_else(|| trigger.clone()),
+                    trigger,
                     critical,
+                    timeout_seconds,
+                    variables,
                 });
             }
             RoleKind::Include(name) => {

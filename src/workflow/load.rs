@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::error::{Error, Loc, Result};
 use super::model::{
-    CallSpec, Channel, Command, Constraint, ForSpec, Role, RoleKind, TaskClass, TaskSpec, VarBlock,
-    Workflow,
+    CallSpec, Channel, Command, Constraint, FastMap, ForSpec, Role, RoleKind, TaskClass, TaskSpec,
+    VarBlock, VarMeta, Workflow,
 };
 use super::template::{Template, is_identifier};
 use super::yaml::{self, Kind, Node};
@@ -159,7 +159,11 @@ fn command(node: &Node) -> Result<Command> {
 
 /// Loads a workflow template: a root role with `name` and `roles` (or another role kind).
 pub fn load_workflow(path: &Path) -> Result<Workflow> {
-    let node = read_yaml(path)?;
+    workflow_from_node(&read_yaml(path)?)
+}
+
+/// A workflow template from its parsed YAML.
+pub fn workflow_from_node(node: &Node) -> Result<Workflow> {
     if node.as_map().is_none() {
         return Err(Error::new(
             &node.loc,
@@ -169,7 +173,7 @@ pub fn load_workflow(path: &Path) -> Result<Workflow> {
             ),
         ));
     }
-    let root = role(&node, 0)?;
+    let root = role(node, 0)?;
     Ok(Workflow {
         file: node.loc.file.clone(),
         root,
@@ -359,6 +363,7 @@ fn tmpl_list(node: Option<&&Node>) -> Result<Vec<Template>> {
 /// `!public` form, tagged or not); a list is kept as its JSON text.
 pub fn var_block(node: Option<&&Node>) -> Result<VarBlock> {
     let mut block = HashMap::new();
+    let mut meta = FastMap::default();
     let Some(node) = node else {
         return Ok(VarBlock::default());
     };
@@ -386,15 +391,50 @@ pub fn var_block(node: Option<&&Node>) -> Result<VarBlock> {
             ));
         }
         let value = var_value(v)?;
+        if let Some(m) = var_meta(v) {
+            meta.insert(Arc::from(name), m);
+        }
         block.insert(Arc::from(name), value);
     }
-    Ok(VarBlock::from_map(block))
+    let mut out = VarBlock::from_map(block);
+    out.meta = Arc::new(meta);
+    Ok(out)
 }
 
 fn is_var_name(s: &str) -> bool {
     !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+}
+
+/// A variable's declaration besides its value: `!public` and the other fields of a mapping.
+fn var_meta(v: &Node) -> Option<VarMeta> {
+    let public = v.tag.as_deref() == Some("public");
+    let mut fields = std::collections::BTreeMap::new();
+    if let Kind::Map(m) = &v.kind {
+        for (k, f) in m {
+            if let Some(key) = k.as_str()
+                && key != "value"
+            {
+                fields.insert(key.to_string(), to_json(f));
+            }
+        }
+    }
+    (public || !fields.is_empty()).then_some(VarMeta { public, fields })
+}
+
+/// A YAML node as JSON (scalars as strings, as the anchor reads them).
+fn to_json(n: &Node) -> serde_json::Value {
+    match &n.kind {
+        Kind::Null => serde_json::Value::Null,
+        Kind::Scalar { value, .. } => serde_json::Value::String(value.clone()),
+        Kind::Seq(items) => serde_json::Value::Array(items.iter().map(to_json).collect()),
+        Kind::Map(m) => serde_json::Value::Object(
+            m.iter()
+                .filter_map(|(k, v)| Some((k.as_str()?.to_string(), to_json(v))))
+                .collect(),
+        ),
+    }
 }
 
 fn var_value(v: &Node) -> Result<Template> {

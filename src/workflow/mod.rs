@@ -4,6 +4,7 @@
 //! Entry points: [`Sources`] names the input directories and site profiles;
 //! [`expand::expand`] turns a workflow into task and hook instances that `crate::plan` resolves.
 
+pub mod duration;
 pub mod error;
 pub mod expand;
 pub mod expr;
@@ -12,6 +13,7 @@ pub mod funcs;
 pub mod gofmt;
 pub mod load;
 pub mod model;
+pub mod public;
 pub mod scope;
 pub mod store;
 pub mod template;

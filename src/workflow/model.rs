@@ -25,6 +25,20 @@ pub struct VarBlock {
     pub vars: Arc<FastMap<Arc<str>, Template>>,
     /// [`name_bit`] of every name in `vars`.
     pub mask: u64,
+    /// What a variable written as a mapping declares besides its `value` (the anchor's
+    /// `!public` metadata: label, description, type, widget, values, panel, index, visibleif,
+    /// ...), by name: what a caller may set and how a form shows it.
+    pub meta: Arc<FastMap<Arc<str>, VarMeta>>,
+}
+
+/// A variable's declaration besides its value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VarMeta {
+    /// Tagged `!public` (a run-control client may set it).
+    pub public: bool,
+    /// Every other field of the mapping, as written (YAML scalars as strings, lists and
+    /// mappings as JSON).
+    pub fields: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 impl VarBlock {
@@ -32,6 +46,7 @@ impl VarBlock {
         VarBlock {
             mask: vars.keys().fold(0, |m, k| m | name_bit(k)),
             vars: Arc::new(vars.into_iter().collect()),
+            meta: Arc::default(),
         }
     }
 

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use envbridge::server::pb;
 
@@ -23,67 +24,112 @@ fn shared() -> PathBuf {
     panic!("../shared/conformance/aliecs not found beside the repository");
 }
 
+/// The operator (in the test's namespace), a sim-runner for one environment's pods (basic
+/// and hook tasks run to completion) and a daemon on the anchor's ControlWorkflows with the
+/// `caches` case's store and the project's template mapping.
+struct Stack {
+    _sim: Child,
+    op_stop: tokio_util::sync::CancellationToken,
+    operator: tokio::task::JoinHandle<envbridge::operator::Result<()>>,
+    daemon: Daemon,
+}
+
+impl Stack {
+    async fn start(
+        ns: &TestNamespace,
+        id: &str,
+        ports: u16,
+        integrations: &[(&str, String)],
+    ) -> Stack {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+        envbridge::install::crds(&ns.client).await.expect("CRDs");
+        envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
+            .await
+            .expect("TaskTemplates");
+        let selector =
+            format!("app.kubernetes.io/managed-by=envbridge,envbridge.dev/environment={id}");
+        let sim = Child(
+            std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+                .args(["dev", "sim-runner", "--in-process", "--complete-tasks"])
+                .args(["--selector", &selector])
+                .arg("--kubeconfig")
+                .arg(&ns.info.kubeconfig)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("sim-runner"),
+        );
+        let op_stop = tokio_util::sync::CancellationToken::new();
+        let operator = tokio::spawn(envbridge::operator::run(
+            ns.client.clone(),
+            envbridge::operator::OperatorArgs {
+                namespace: Some(ns.name.clone()),
+                no_leader_election: true,
+                connect_timeout_seconds: 20,
+                ..envbridge::operator::OperatorArgs::default()
+            },
+            op_stop.clone(),
+        ));
+        let shared = shared();
+        let cw = shared.join("corpus/aliecs/controlworkflows");
+        let mut cfg = fixed_ns(&ns.name);
+        cfg.tasks_dir = cw.join("tasks");
+        cfg.workflows_dir = cw.join("workflows");
+        cfg.config_store = Some(shared.join("conformance/aliecs/caches/config.yaml"));
+        cfg.templates = Some(root.join("site/templates.yaml"));
+        cfg.integrations = integrations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        // Nodes are shared with other tests' environments: ports of our own, away from theirs.
+        cfg.control_ports = ports..=ports + 49;
+        cfg.tcp_ports = ports + 50..=ports + 99;
+        let renderer = envbridge::bridge::render::renderer(&cfg);
+        let daemon = Daemon::start(ns.client.clone(), cfg, renderer).await;
+        Stack {
+            _sim: sim,
+            op_stop,
+            operator,
+            daemon,
+        }
+    }
+
+    async fn stop(self) {
+        self.op_stop.cancel();
+        let _ = tokio::time::timeout(WAIT, self.operator).await;
+    }
+}
+
+fn create(id: &str, vars: &[(&str, &str)]) -> pb::CreateEnvironmentRequest {
+    pb::CreateEnvironmentRequest {
+        workflow: "readout-dataflow".into(),
+        variables: vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<HashMap<_, _>>(),
+        env_id: id.to_string(),
+        wait: true,
+        timeout_seconds: 120,
+        ..Default::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_anchor_s_readout_dataflow_runs_its_cycle_through_the_daemon() {
     let ns = TestNamespace::new("anchor-e2e").await;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
-    envbridge::install::crds(&ns.client).await.expect("CRDs");
-    envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
-        .await
-        .expect("TaskTemplates");
     let id = format!("anchor{}", support::random_suffix());
-    let selector = format!("app.kubernetes.io/managed-by=envbridge,envbridge.dev/environment={id}");
-    let _sim = Child(
-        std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
-            .args(["dev", "sim-runner", "--in-process", "--complete-tasks"])
-            .args(["--selector", &selector])
-            .arg("--kubeconfig")
-            .arg(&ns.info.kubeconfig)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("sim-runner"),
-    );
-    let op_stop = tokio_util::sync::CancellationToken::new();
-    let operator = tokio::spawn(envbridge::operator::run(
-        ns.client.clone(),
-        envbridge::operator::OperatorArgs {
-            namespace: Some(ns.name.clone()),
-            no_leader_election: true,
-            connect_timeout_seconds: 20,
-            ..envbridge::operator::OperatorArgs::default()
-        },
-        op_stop.clone(),
-    ));
-
-    let shared = shared();
-    let cw = shared.join("corpus/aliecs/controlworkflows");
-    let mut cfg = fixed_ns(&ns.name);
-    cfg.tasks_dir = cw.join("tasks");
-    cfg.workflows_dir = cw.join("workflows");
-    cfg.config_store = Some(shared.join("conformance/aliecs/caches/config.yaml"));
-    cfg.templates = Some(root.join("site/templates.yaml"));
-    // Nodes are shared with other tests' environments: ports of our own, away from theirs.
-    cfg.control_ports = 55000..=55049;
-    cfg.tcp_ports = 55050..=55099;
-    let renderer = envbridge::bridge::render::renderer(&cfg);
-    let d = Daemon::start(ns.client.clone(), cfg, renderer).await;
-    let mut api = d.client().await;
-    let variables = HashMap::from([
-        ("hosts".to_string(), r#"["flp001","flp002"]"#.to_string()),
-        ("drop_caches_enabled".to_string(), "true".to_string()),
-        ("roc_cleanup_enabled".to_string(), "true".to_string()),
-    ]);
+    let stack = Stack::start(&ns, &id, 55000, &[]).await;
+    let mut api = stack.daemon.client().await;
     let c = fixture::create(
         &mut api,
-        pb::CreateEnvironmentRequest {
-            workflow: "readout-dataflow".into(),
-            variables,
-            env_id: id.clone(),
-            wait: true,
-            timeout_seconds: 120,
-            ..Default::default()
-        },
+        create(
+            &id,
+            &[
+                ("hosts", r#"["flp001","flp002"]"#),
+                ("drop_caches_enabled", "true"),
+                ("roc_cleanup_enabled", "true"),
+            ],
+        ),
     )
     .await;
     assert_eq!(
@@ -117,6 +163,216 @@ async fn the_anchor_s_readout_dataflow_runs_its_cycle_through_the_daemon() {
     }
     let gone = fixture::destroy(&mut api, &id, 90).await;
     assert!(gone.gone, "{id}: {}", gone.message);
-    op_stop.cancel();
-    let _ = tokio::time::timeout(WAIT, operator).await;
+    stack.stop().await;
+}
+
+/// A test integration server on 127.0.0.1: records every call; answers `"ok": false` to
+/// `fail_function` while `failing` is set.
+struct Integration {
+    url: String,
+    seen: Arc<Mutex<Vec<serde_json::Value>>>,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+async fn integration(fail_function: &'static str) -> Integration {
+    let seen: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let failing: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+    let (s, f) = (seen.clone(), failing.clone());
+    let app = axum::Router::new().route(
+        "/call",
+        axum::routing::post(move |axum::Json(v): axum::Json<serde_json::Value>| {
+            let (s, f) = (s.clone(), f.clone());
+            async move {
+                let fail =
+                    f.load(std::sync::atomic::Ordering::SeqCst) && v["function"] == fail_function;
+                s.lock().unwrap().push(v);
+                match fail {
+                    true => {
+                        axum::Json(serde_json::json!({"ok": false, "error": "refused by the test"}))
+                    }
+                    false => axum::Json(serde_json::json!({"ok": true})),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Integration {
+        url: format!("http://{addr}/call"),
+        seen,
+        failing,
+    }
+}
+
+/// The anchor's DCS calls reach the integration at their moments, in order, with the
+/// documented payload; a critical call that fails fails the transition, naming it; a
+/// critical call no endpoint serves refuses the create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_anchor_s_calls_reach_the_integration_at_their_moments() {
+    let ns = TestNamespace::new("anchor-calls").await;
+    let id = format!("calls{}", support::random_suffix());
+    let dcs = integration("StartOfRun").await;
+    let stack = Stack::start(&ns, &id, 55100, &[("dcs", dcs.url.clone())]).await;
+    let mut api = stack.daemon.client().await;
+    let vars = [("hosts", r#"["flp001"]"#), ("dcs_enabled", "true")];
+
+    // Another plugin's critical call that nothing serves: the create is refused, naming it.
+    let refused = api
+        .create_environment(create(
+            &format!("{id}x"),
+            &[("hosts", r#"["flp001"]"#), ("ddsched_enabled", "true")],
+        ))
+        .await;
+    let msg = match refused {
+        Err(status) => status.message().to_string(),
+        Ok(r) => format!("{:?}", r.into_inner()),
+    };
+    assert!(
+        msg.contains("ddsched") && msg.contains("no endpoint"),
+        "{msg}"
+    );
+
+    let c = fixture::create(&mut api, create(&id, &vars)).await;
+    assert_eq!(c.outcome, "reached", "{} {:?}", c.message, c.failures);
+    let calls =
+        |from: usize| -> Vec<serde_json::Value> { dcs.seen.lock().unwrap()[from..].to_vec() };
+    let mut at = 0;
+    for (event, args, function, trigger) in [
+        ("CONFIGURE", &[][..], "PrepareForRun", "before_CONFIGURE"),
+        (
+            "START",
+            &[("run_number", "7")][..],
+            "StartOfRun",
+            "before_START_ACTIVITY+100",
+        ),
+        ("STOP", &[][..], "EndOfRun", "after_STOP_ACTIVITY-50"),
+    ] {
+        let r = fixture::run_transition(&mut api, transition(&id, event, args)).await;
+        assert!(r.ok, "{event}: {} {:?}", r.message, r.failures);
+        let got = calls(at);
+        at += got.len();
+        let functions: Vec<&str> = got.iter().filter_map(|v| v["function"].as_str()).collect();
+        assert_eq!(functions, [function], "{event}: {got:?}");
+        let v = &got[0];
+        assert_eq!(v["plugin"], "dcs");
+        assert_eq!(v["event"], event);
+        assert_eq!(v["trigger"], trigger);
+        assert_eq!(v["environmentId"], id.as_str());
+        assert!(
+            v["call"]
+                .as_str()
+                .unwrap()
+                .starts_with("readout-dataflow.dcs."),
+            "{v}"
+        );
+        // The DCS role's own settings (readout-dataflow's `dcs` role declares them).
+        let detectors = v["variables"]["dcs_detectors"].as_str().unwrap_or_default();
+        assert_eq!(detectors, r#"["TST"]"#, "{v}");
+        // The run's number while it runs (START and STOP), as the anchor sends it.
+        match event {
+            "CONFIGURE" => assert!(v["runNumber"].is_null(), "{v}"),
+            _ => assert_eq!(v["runNumber"], "7", "{v}"),
+        }
+    }
+    // START again, with the integration refusing the critical StartOfRun: START fails, named.
+    dcs.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let r =
+        fixture::run_transition(&mut api, transition(&id, "START", &[("run_number", "8")])).await;
+    assert!(!r.ok, "START with a failing critical call: {r:?}");
+    let said = format!("{} {:?}", r.message, r.failures);
+    assert!(
+        said.contains("readout-dataflow.dcs.sor") && said.contains("refused by the test"),
+        "{said}"
+    );
+    let gone = fixture::destroy(&mut api, &id, 90).await;
+    assert!(gone.gone, "{id}: {}", gone.message);
+    stack.stop().await;
+}
+
+/// The store in a ConfigMap, read through the API: the first version, a broken one that is
+/// refused (the last good one stays), then a new good one, in that order.
+#[tokio::test]
+async fn the_store_in_a_config_map_follows_its_versions_and_keeps_the_last_good_one() {
+    use envbridge::bridge::config_map_store::{self, KEY, SharedStore};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+
+    let ns = TestNamespace::new("store-cm").await;
+    let api: Api<ConfigMap> = Api::namespaced(ns.client.clone(), &ns.name);
+    let text = std::fs::read_to_string(shared().join("conformance/aliecs/its/config.yaml"))
+        .expect("store");
+    let cm = |t: &str| ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("site-store".into()),
+            ..Default::default()
+        },
+        data: Some([(KEY.to_string(), t.to_string())].into()),
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &cm(&text))
+        .await
+        .expect("create");
+    let shared = SharedStore::new(&ns.name, "site-store");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let watch = tokio::spawn(config_map_store::watch(
+        ns.client.clone(),
+        ns.name.clone(),
+        "site-store".into(),
+        shared.clone(),
+        stop.clone(),
+    ));
+    let detector = || {
+        shared
+            .current()
+            .ok()
+            .and_then(|s| s.detector_for_host("flp001").ok())
+    };
+    let until = |want: &'static str| async move {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if detector().as_deref() == Some(want) {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        false
+    };
+    assert!(
+        until("ITS").await,
+        "first version read: {:?}",
+        shared.current()
+    );
+    let put = |t: String| {
+        let api = api.clone();
+        let patch = serde_json::json!({"data": {KEY: t}});
+        async move {
+            api.patch("site-store", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("patch");
+        }
+    };
+    put("o2: [\n".into()).await;
+    put(text.replace("ITS:", "TPC:")).await;
+    assert!(
+        until("TPC").await,
+        "new version read: {:?}",
+        shared.current()
+    );
+    // A broken version is refused and the last good one stays.
+    let refused = shared.rejected();
+    assert!(refused >= 1, "the broken version in between was refused");
+    put("o2: {broken: [\n".into()).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while shared.rejected() == refused && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        shared.rejected(),
+        refused + 1,
+        "the broken version was seen"
+    );
+    assert_eq!(detector().as_deref(), Some("TPC"), "last good version kept");
+    stop.cancel();
+    let _ = watch.await;
 }

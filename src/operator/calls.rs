@@ -1,0 +1,219 @@
+//! Integration calls (`call:` roles, `Environment.spec.hooks`): sent to their plugin's
+//! endpoint when the hook gate reaches their trigger, awaited at their `await` moment like
+//! hook tasks (docs/integrations.md has the interface).
+//!
+//! One HTTP POST per call and transition, JSON both ways, bounded by the call's timeout
+//! (default 30 s) and by a response size limit. Where each call stands lives in memory, per
+//! (environment uid, transition id, role path): an operator that restarts mid-transition
+//! sends the calls of the current step again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Serialize;
+use tracing::{info, warn};
+
+use super::hooks::Run;
+use crate::crd::{HookRef, TransitionRequest};
+
+/// Largest answer read from an integration (bytes).
+const MAX_ANSWER: usize = 64 * 1024;
+/// A call with no `timeout`.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// (environment uid, transition id, call's role path).
+type Key = (String, String, String);
+
+/// What an integration receives (JSON, camelCase): the documented payload.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Payload<'a> {
+    pub plugin: &'a str,
+    pub function: &'a str,
+    pub arguments: &'a [String],
+    /// The call's role path and `func` as written.
+    pub call: &'a str,
+    pub func: &'a str,
+    pub environment_id: &'a str,
+    /// The transition's event (`START`), and the trigger that sent the call.
+    pub event: &'a str,
+    pub trigger: &'a str,
+    /// The transition's `run_number` argument, when it has one.
+    pub run_number: Option<&'a str>,
+    pub variables: &'a std::collections::BTreeMap<String, String>,
+}
+
+/// The calls in flight and their outcomes.
+pub struct Calls {
+    runs: Mutex<HashMap<Key, Run>>,
+    http: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl Default for Calls {
+    fn default() -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        Calls {
+            runs: Mutex::default(),
+            http: Client::builder(TokioExecutor::new()).build(connector),
+        }
+    }
+}
+
+impl Calls {
+    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Run>> {
+        self.runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Where call `path` of transition `req` of environment `env_uid` stands.
+    pub fn run_of(&self, env_uid: &str, req: &TransitionRequest, path: &str) -> Run {
+        self.runs()
+            .get(&(env_uid.to_string(), req.id.clone(), path.to_string()))
+            .cloned()
+            .unwrap_or(Run::Idle)
+    }
+
+    /// Whether a call of this transition is still in flight.
+    pub fn any_running(&self, env_uid: &str, req: &TransitionRequest) -> bool {
+        self.runs()
+            .iter()
+            .any(|((e, t, _), r)| e == env_uid && *t == req.id && *r == Run::Started)
+    }
+
+    /// Sends `call` (once per transition); `done` runs when it has ended (to reconcile again).
+    pub fn start(
+        self: &Arc<Self>,
+        env_uid: &str,
+        environment_id: &str,
+        req: &TransitionRequest,
+        call: &HookRef,
+        done: impl FnOnce() + Send + 'static,
+    ) {
+        let key = (env_uid.to_string(), req.id.clone(), call.path.clone());
+        {
+            let mut runs = self.runs();
+            // Outcomes of this environment's earlier transitions are no longer read.
+            runs.retain(|(e, t, _), _| e != env_uid || *t == req.id);
+            if runs.contains_key(&key) {
+                return;
+            }
+            runs.insert(key.clone(), Run::Started);
+        }
+        let Some(endpoint) = call.endpoint.clone() else {
+            let why = format!("no endpoint serves plugin `{}`", call.plugin);
+            warn!(call = %call.path, "{why}");
+            self.runs().insert(key, Run::Failed(why));
+            done();
+            return;
+        };
+        let run_number = req.arguments.get("run_number").map(String::as_str);
+        let payload = Payload {
+            plugin: &call.plugin,
+            function: &call.function,
+            arguments: &call.arguments,
+            call: &call.path,
+            func: &call.func,
+            environment_id,
+            event: req.event.as_str(),
+            trigger: call.trigger.as_deref().unwrap_or(""),
+            run_number,
+            variables: &call.variables,
+        };
+        let body = serde_json::to_vec(&payload).unwrap_or_default();
+        let timeout = call
+            .timeout_seconds
+            .map(|s| Duration::from_secs(u64::from(s)))
+            .unwrap_or(DEFAULT_TIMEOUT);
+        let this = self.clone();
+        let path = call.path.clone();
+        info!(call = %path, %endpoint, "integration call sent");
+        tokio::spawn(async move {
+            let outcome = match tokio::time::timeout(timeout, this.post(&endpoint, body)).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("no answer within {} s", timeout.as_secs())),
+            };
+            let run = match outcome {
+                Ok(()) => Run::Succeeded,
+                Err(why) => {
+                    warn!(call = %path, error = %why, "integration call failed");
+                    Run::Failed(why)
+                }
+            };
+            this.runs().insert(key, run);
+            done();
+        });
+    }
+
+    /// POSTs `body` to `endpoint`; ok is a 2xx whose JSON does not say `"ok": false`.
+    async fn post(&self, endpoint: &str, body: Vec<u8>) -> Result<(), String> {
+        let req = hyper::Request::post(endpoint)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| format!("endpoint {endpoint}: {e}"))?;
+        let resp = self
+            .http
+            .request(req)
+            .await
+            .map_err(|e| format!("endpoint {endpoint}: {e}"))?;
+        let status = resp.status();
+        let bytes = Limited::new(resp.into_body(), MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|e| format!("endpoint {endpoint}: reading the answer: {e}"))?
+            .to_bytes();
+        answer(status.as_u16(), &bytes)
+    }
+}
+
+/// An integration's answer: 2xx and not `{"ok": false}` is success; the error is the
+/// answer's `error` (or its text).
+pub fn answer(status: u16, body: &[u8]) -> Result<(), String> {
+    let json: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    let error = json
+        .as_ref()
+        .and_then(|j| j.get("error"))
+        .and_then(|e| e.as_str())
+        .map(str::to_string);
+    let said_ok = json
+        .as_ref()
+        .and_then(|j| j.get("ok"))
+        .and_then(|o| o.as_bool());
+    if (200..300).contains(&status) && said_ok != Some(false) {
+        return Ok(());
+    }
+    let text = String::from_utf8_lossy(body);
+    let why = error.unwrap_or_else(|| text.chars().take(300).collect());
+    Err(if (200..300).contains(&status) {
+        why
+    } else {
+        format!("HTTP {status}: {why}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers() {
+        assert_eq!(answer(200, b""), Ok(()));
+        assert_eq!(answer(200, br#"{"ok": true}"#), Ok(()));
+        assert_eq!(
+            answer(200, br#"{"ok": false, "error": "DCS busy"}"#),
+            Err("DCS busy".to_string())
+        );
+        assert_eq!(answer(500, b"boom"), Err("HTTP 500: boom".to_string()));
+        assert_eq!(
+            answer(404, br#"{"error": "no such function"}"#),
+            Err("HTTP 404: no such function".to_string())
+        );
+    }
+}
