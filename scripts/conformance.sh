@@ -6,6 +6,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-${CARGO_TARGET_DIR:-target}/debug/envbridge}
 shift || true
+if [ ! -x "$BIN" ]; then
+  echo "conformance: no envbridge binary at $BIN (run cargo build, or pass the binary's path)" >&2
+  exit 2
+fi
 SHARED=${ENVBRIDGE_SHARED:-../shared}
 CW=$SHARED/corpus/aliecs/controlworkflows
 CASES=("$@")
