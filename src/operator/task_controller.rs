@@ -192,6 +192,25 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         step.action = Some(Action::await_change());
         return Ok(());
     }
+    if view.succeeded && tref.control_mode == ControlMode::Basic {
+        // A basic task's process ran to completion (the anchor's basic tasks): the task keeps
+        // following the environment's transitions; its pod stays until the environment goes.
+        if matches!(st.state, None | Some(State::Deploying)) {
+            st.state = Some(State::Standby);
+        }
+        set_condition(
+            &mut st.conditions,
+            COND_ENDED,
+            true,
+            "Succeeded",
+            "process ran to completion (exit code 0)",
+            task.metadata.generation,
+        );
+        let deadline = ctx.args.control_deadline(tref.timeout_seconds);
+        transition(task, st, None, deadline, false).await;
+        step.action = Some(Action::await_change());
+        return Ok(());
+    }
     if view.succeeded {
         st.state = Some(State::Done);
         set_condition(
@@ -274,7 +293,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
             }
         }
     }
-    transition(task, st, &ep, deadline, protocol).await;
+    transition(task, st, Some(&ep), deadline, protocol).await;
     Ok(())
 }
 
@@ -436,7 +455,7 @@ pub const HOOK_RUN: &str = "envbridge.dev/hook-run";
 async fn transition(
     task: &Task,
     st: &mut TaskStatus,
-    ep: &TaskEndpoint,
+    ep: Option<&TaskEndpoint>,
     deadline: Duration,
     protocol: bool,
 ) {
@@ -465,11 +484,11 @@ async fn transition(
         st.transition = Some(done(TransitionPhase::Failed, msg));
         return;
     }
-    if !protocol {
+    let (true, Some(ep)) = (protocol, ep) else {
         st.state = Some(target);
         st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
         return;
-    }
+    };
     let mut args: Vec<(String, String)> = Vec::new();
     if req.event == Event::Configure {
         args.extend(

@@ -41,6 +41,17 @@ impl Stack {
         ports: u16,
         integrations: &[(&str, String)],
     ) -> Stack {
+        let store = shared().join("conformance/aliecs/caches/config.yaml");
+        Stack::with_store(ns, id, ports, integrations, store).await
+    }
+
+    async fn with_store(
+        ns: &TestNamespace,
+        id: &str,
+        ports: u16,
+        integrations: &[(&str, String)],
+        store: PathBuf,
+    ) -> Stack {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
         envbridge::install::crds(&ns.client).await.expect("CRDs");
         envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
@@ -75,7 +86,7 @@ impl Stack {
         let mut cfg = fixed_ns(&ns.name);
         cfg.tasks_dir = cw.join("tasks");
         cfg.workflows_dir = cw.join("workflows");
-        cfg.config_store = Some(shared.join("conformance/aliecs/caches/config.yaml"));
+        cfg.config_store = Some(store);
         cfg.templates = Some(root.join("site/templates.yaml"));
         cfg.integrations = integrations
             .iter()
@@ -161,6 +172,50 @@ async fn the_anchor_s_readout_dataflow_runs_its_cycle_through_the_daemon() {
         let r = fixture::run_transition(&mut api, transition(&id, event, args)).await;
         assert!(r.ok, "{event}: {} {:?}", r.message, r.failures);
     }
+    let gone = fixture::destroy(&mut api, &id, 90).await;
+    assert!(gone.gone, "{id}: {}", gone.message);
+    stack.stop().await;
+}
+
+/// The anchor's o2-roc-config: one basic task per CRU card of the host's inventory; its
+/// process runs to completion and the environment still goes through its cycle (a basic task
+/// that ended keeps following the transitions, as in the anchor).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_anchor_s_basic_tasks_run_to_completion_and_follow_the_cycle() {
+    let ns = TestNamespace::new("anchor-basic").await;
+    let id = format!("roc{}", support::random_suffix());
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("config.yaml");
+    let text = std::fs::read_to_string(shared().join("conformance/aliecs/base/config.yaml"))
+        .unwrap()
+        .replace(
+            "cards: '{}'",
+            r#"cards: '{"0":{"serial":"1041","endpoint":"0"},"1":{"serial":"1041","endpoint":"1"}}'"#,
+        );
+    std::fs::write(&store, text).unwrap();
+    let stack = Stack::with_store(&ns, &id, 55200, &[], store).await;
+    let mut api = stack.daemon.client().await;
+    let mut req = create(&id, &[("hosts", r#"["flp001"]"#)]);
+    req.workflow = "o2-roc-config".into();
+    let c = fixture::create(&mut api, req).await;
+    assert_eq!(
+        (c.outcome.as_str(), c.tasks),
+        ("reached", 1),
+        "{} {:?}",
+        c.message,
+        c.failures
+    );
+    for (event, args) in [
+        ("CONFIGURE", &[][..]),
+        ("START", &[("run_number", "3")][..]),
+        ("STOP", &[][..]),
+        ("RESET", &[][..]),
+    ] {
+        let r = fixture::run_transition(&mut api, transition(&id, event, args)).await;
+        assert!(r.ok, "{event}: {} {:?}", r.message, r.failures);
+    }
+    let env = fixture::get(&mut api, &id).await;
+    assert_eq!(env.tasks[0].pod_phase, "Succeeded", "{:?}", env.tasks[0]);
     let gone = fixture::destroy(&mut api, &id, 90).await;
     assert!(gone.gone, "{id}: {}", gone.message);
     stack.stop().await;
