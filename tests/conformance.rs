@@ -267,3 +267,42 @@ fn the_anchor_s_public_variables_keep_their_metadata() {
     assert_eq!(dcs.meta.fields["type"], "bool");
     assert_eq!(dcs.meta.fields["label"], "DCS");
 }
+
+/// `detectors` comes from the inventory of the environment's hosts when the workflow does not
+/// define it (the anchor's environment creation sets it).
+#[test]
+fn detectors_come_from_the_hosts_inventory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("tasks")).unwrap();
+    std::fs::write(
+        dir.path().join("tasks/t.yaml"),
+        "control:\n  mode: basic\ncommand:\n  value: \"echo {{ detectors }}\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("w.yaml"),
+        "name: w\nroles:\n  - name: h-{{ it }}\n    for:\n      range: \"{{ hosts }}\"\n      var: it\n    constraints:\n      - attribute: machine_id\n        value: \"{{ it }}\"\n    roles:\n      - name: t\n        task:\n          load: t\n",
+    )
+    .unwrap();
+    let config = store(
+        dir.path(),
+        "o2:\n  hardware:\n    detectors:\n      TPC:\n        flps:\n          flp001: {}\n      ITS:\n        flps:\n          flp002: {}\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_envbridge"))
+        .arg("render")
+        .arg(dir.path().join("w.yaml"))
+        .arg("--tasks")
+        .arg(dir.path().join("tasks"))
+        .arg("--config")
+        .arg(&config)
+        .args(["--set", r#"hosts=["flp001","flp002"]"#, "-o", "tasks"])
+        .output()
+        .expect("run envbridge");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tasks: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(tasks[0]["command"], r#"echo ["ITS","TPC"]"#);
+}

@@ -267,6 +267,19 @@ pub fn expand(
 ) -> Result<Expanded> {
     let wf = load::load_workflow(workflow)?;
     let mut site = Site::default();
+    // What the anchor's environment creation adds beneath everything: `detectors`, the
+    // inventory's detectors of the environment's hosts (evaluated only where used).
+    let env_file: Arc<str> = Arc::from("<environment>");
+    let env_loc = Loc::file_start(&env_file);
+    let detectors = super::template::parse(
+        "{{ inventory.DetectorsForHosts(hosts) }}",
+        &env_loc,
+        &|_| env_loc.clone(),
+    )?;
+    site.defaults.push(Layer::new(
+        &VarBlock::from_map(HashMap::from([(Arc::from("detectors"), detectors)])),
+        None,
+    ));
     for f in &sources.defaults_files {
         site.defaults
             .push(Layer::new(&load::load_defaults(f)?, None));
