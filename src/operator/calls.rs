@@ -27,8 +27,18 @@ const MAX_ANSWER: usize = 64 * 1024;
 /// A call with no `timeout`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// (environment uid, transition id, call's role path).
+/// (environment uid, transition id or [`DESTROY`], call's role path).
 type Key = (String, String, String);
+
+/// The occasion of the calls at an environment's destruction (their trigger: `DESTROY`).
+pub const DESTROY: &str = "DESTROY";
+
+/// What a call is sent for: a transition, or the destruction.
+struct Occasion<'a> {
+    id: &'a str,
+    event: &'a str,
+    arguments: &'a std::collections::BTreeMap<String, String>,
+}
 
 /// What an integration receives (JSON, camelCase): the documented payload.
 #[derive(Debug, Serialize)]
@@ -73,35 +83,60 @@ impl Calls {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Where call `path` of transition `req` of environment `env_uid` stands.
-    pub fn run_of(&self, env_uid: &str, req: &TransitionRequest, path: &str) -> Run {
+    /// Where call `path` of occasion `id` (a transition's id, or [`DESTROY`]) of environment
+    /// `env_uid` stands.
+    pub fn run_of(&self, env_uid: &str, id: &str, path: &str) -> Run {
         self.runs()
-            .get(&(env_uid.to_string(), req.id.clone(), path.to_string()))
+            .get(&(env_uid.to_string(), id.to_string(), path.to_string()))
             .cloned()
             .unwrap_or(Run::Idle)
     }
 
-    /// Whether a call of this transition is still in flight.
-    pub fn any_running(&self, env_uid: &str, req: &TransitionRequest) -> bool {
+    /// Whether a call of this occasion is still in flight.
+    pub fn any_running(&self, env_uid: &str, id: &str) -> bool {
         self.runs()
             .iter()
-            .any(|((e, t, _), r)| e == env_uid && *t == req.id && *r == Run::Started)
+            .any(|((e, t, _), r)| e == env_uid && t == id && *r == Run::Started)
     }
 
-    /// Sends `call` (once per transition); `done` runs when it has ended (to reconcile again).
+    /// Forgets everything about an environment that is gone.
+    pub fn forget(&self, env_uid: &str) {
+        self.runs().retain(|(e, _, _), _| e != env_uid);
+    }
+
+    /// Sends `call` of transition `req` (once per transition).
     pub fn start(
         self: &Arc<Self>,
         env_uid: &str,
         environment_id: &str,
         req: &TransitionRequest,
         call: &HookRef,
-        done: impl FnOnce() + Send + 'static,
     ) {
-        let key = (env_uid.to_string(), req.id.clone(), call.path.clone());
+        let occasion = Occasion {
+            id: &req.id,
+            event: req.event.as_str(),
+            arguments: &req.arguments,
+        };
+        self.send(env_uid, environment_id, &occasion, call);
+    }
+
+    /// Sends `call` at the environment's destruction (once).
+    pub fn start_destroy(self: &Arc<Self>, env_uid: &str, environment_id: &str, call: &HookRef) {
+        let none = Default::default();
+        let occasion = Occasion {
+            id: DESTROY,
+            event: DESTROY,
+            arguments: &none,
+        };
+        self.send(env_uid, environment_id, &occasion, call);
+    }
+
+    fn send(self: &Arc<Self>, env_uid: &str, environment_id: &str, req: &Occasion, call: &HookRef) {
+        let key = (env_uid.to_string(), req.id.to_string(), call.path.clone());
         {
             let mut runs = self.runs();
             // Outcomes of this environment's earlier transitions are no longer read.
-            runs.retain(|(e, t, _), _| e != env_uid || *t == req.id);
+            runs.retain(|(e, t, _), _| e != env_uid || t == req.id);
             if runs.contains_key(&key) {
                 return;
             }
@@ -111,7 +146,6 @@ impl Calls {
             let why = format!("no endpoint serves plugin `{}`", call.plugin);
             warn!(call = %call.path, "{why}");
             self.runs().insert(key, Run::Failed(why));
-            done();
             return;
         };
         let run_number = req.arguments.get("run_number").map(String::as_str);
@@ -122,7 +156,7 @@ impl Calls {
             call: &call.path,
             func: &call.func,
             environment_id,
-            event: req.event.as_str(),
+            event: req.event,
             trigger: call.trigger.as_deref().unwrap_or(""),
             run_number,
             variables: &call.variables,
@@ -148,7 +182,6 @@ impl Calls {
                 }
             };
             this.runs().insert(key, run);
-            done();
         });
     }
 

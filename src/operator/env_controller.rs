@@ -16,11 +16,11 @@ use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use super::aggregate::aggregate;
-use super::hooks;
 use super::names::label_value;
 use super::runtime::Ctx;
 use super::task_sets::{ENV_FINALIZER, SetProblem, build_task, collect_tasks, task_up_to_date};
 use super::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
+use super::{calls, hooks};
 use crate::crd::{
     Environment, EnvironmentStatus, Task, TaskSet, TransitionPhase, TransitionRequest,
     TransitionStatus, labels, tasks_digest,
@@ -110,7 +110,7 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
             let (gate, start, calls) = hook_gate(&ctx, &env, req, &refs, &now);
             for i in calls {
                 ctx.calls
-                    .start(&env_uid, &env.spec.id, req, &env.spec.hooks[i], || {});
+                    .start(&env_uid, &env.spec.id, req, &env.spec.hooks[i]);
             }
             Some((req, (gate, start)))
         }
@@ -213,7 +213,7 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
     write_status(&ctx, &api, &env, &old, status).await?;
     // A call in flight ends without any watch event: look again soon.
     if let Some(req) = &env.spec.transition
-        && ctx.calls.any_running(&env_uid, req)
+        && ctx.calls.any_running(&env_uid, &req.id)
     {
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
@@ -257,7 +257,7 @@ fn hook_gate(
         trigger: c.trigger.as_deref().unwrap_or(""),
         await_: c.r#await.as_deref(),
         critical: c.critical,
-        run: ctx.calls.run_of(&env_uid, req, &c.path),
+        run: ctx.calls.run_of(&env_uid, &req.id, &c.path),
     }));
     // The non-hook tasks' part of the transition, as the aggregate sees it.
     let plain: Vec<&Task> = by_name.values().copied().collect();
@@ -561,6 +561,26 @@ async fn finalize(env: &Environment, ctx: &Ctx, api: &Api<Environment>) -> Resul
     if !env.finalizers().iter().any(|f| f == ENV_FINALIZER) {
         return Ok(Action::await_change());
     }
+    // The calls triggered at DESTROY first (each bounded by its timeout); their failures are
+    // reported, the destruction goes on.
+    let uid = env.uid().unwrap_or_default();
+    let at_destroy = env.spec.hooks.iter().filter(|c| {
+        c.trigger
+            .as_deref()
+            .is_some_and(|t| hooks::parse_moment("trigger", t) == Ok(hooks::Moment::Destroy))
+    });
+    for c in at_destroy {
+        match ctx.calls.run_of(&uid, calls::DESTROY, &c.path) {
+            hooks::Run::Idle => ctx.calls.start_destroy(&uid, &env.spec.id, c),
+            hooks::Run::Failed(why) => {
+                warn!(env = %name, call = %c.path, error = %why, "call at DESTROY failed")
+            }
+            _ => {}
+        }
+    }
+    if ctx.calls.any_running(&uid, calls::DESTROY) {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     let env_label = label_value(&name);
     let of_env = |l: &std::collections::BTreeMap<String, String>| {
         l.get(labels::ENVIRONMENT) == Some(&env_label)
@@ -631,6 +651,7 @@ async fn finalize(env: &Environment, ctx: &Ctx, api: &Api<Environment>) -> Resul
             ));
         }
     }
+    ctx.calls.forget(&uid);
     info!(env = %name, namespace = %ns, "environment cleaned up");
     Ok(Action::await_change())
 }

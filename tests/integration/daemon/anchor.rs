@@ -340,8 +340,21 @@ async fn the_anchor_s_calls_reach_the_integration_at_their_moments() {
         said.contains("readout-dataflow.dcs.sor") && said.contains("refused by the test"),
         "{said}"
     );
+    // Destroy sends the calls triggered at DESTROY before the objects go.
+    at = dcs.seen.lock().unwrap().len();
     let gone = fixture::destroy(&mut api, &id, 90).await;
     assert!(gone.gone, "{id}: {}", gone.message);
+    let at_destroy = calls(at);
+    let functions: Vec<(&str, &str)> = at_destroy
+        .iter()
+        .map(|v| {
+            (
+                v["function"].as_str().unwrap_or(""),
+                v["event"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(functions, [("Cleanup", "DESTROY")], "{at_destroy:?}");
     stack.stop().await;
 }
 
