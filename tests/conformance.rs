@@ -117,6 +117,20 @@ fn bad_input_exits_2_naming_the_place() {
     let out = render("readout-dataflow", &store(dir.path(), STORE), &[hosts]);
     let err = expect_error(&out, "flp009");
     assert!(err.contains("readout-dataflow.yaml:"), "{err}");
+    // A store path that does not exist (a component entry `config.Resolve` looks for): the
+    // expression's place and the key.
+    let mut with_inventory = STORE.replace("flp002: {}", "flp002: {}\n          flp009: {}");
+    with_inventory.push_str("  components: {}\n");
+    let out = render(
+        "readout-dataflow",
+        &store(dir.path(), &with_inventory),
+        &[r#"hosts=["flp009"]"#.to_string()],
+    );
+    let err = expect_error(&out, "readout-stfb-flp009");
+    assert!(
+        err.contains("readout-dataflow.yaml:") && err.contains("o2/components"),
+        "{err}"
+    );
     // A `dpl.*` branch taken.
     let out = render(
         "readout-dataflow",
