@@ -32,6 +32,41 @@ type Key = (String, String, String);
 
 /// The occasion of the calls at an environment's destruction (their trigger: `DESTROY`).
 pub const DESTROY: &str = "DESTROY";
+/// The occasion of the calls at an environment's deployment (`before_DEPLOY`, `after_DEPLOY`,
+/// `enter_DEPLOYED`).
+pub const DEPLOY: &str = "DEPLOY";
+
+/// When a call runs around the deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeployStep {
+    /// `before_DEPLOY[±w]`: before the Tasks are created.
+    Before,
+    /// `after_DEPLOY[±w]`, `enter_DEPLOYED`: once every task is deployed (STANDBY).
+    After,
+}
+
+/// The deployment step of a trigger or await, if it is one.
+pub fn deploy_step(moment: &str) -> Option<DeployStep> {
+    use super::hooks::{Moment, Phase, parse_moment};
+    match parse_moment("trigger", moment).ok()? {
+        Moment::Event {
+            phase: Phase::Before,
+            event,
+            ..
+        } if event == DEPLOY => Some(DeployStep::Before),
+        Moment::Event {
+            phase: Phase::After,
+            event,
+            ..
+        } if event == DEPLOY => Some(DeployStep::After),
+        Moment::State {
+            phase: Phase::Enter,
+            state,
+            ..
+        } if state == "DEPLOYED" => Some(DeployStep::After),
+        _ => None,
+    }
+}
 
 /// What a call is sent for: a transition, or the destruction.
 struct Occasion<'a> {
@@ -120,12 +155,19 @@ impl Calls {
         self.send(env_uid, environment_id, &occasion, call);
     }
 
-    /// Sends `call` at the environment's destruction (once).
-    pub fn start_destroy(self: &Arc<Self>, env_uid: &str, environment_id: &str, call: &HookRef) {
+    /// Sends `call` at the environment's deployment or destruction ([`DEPLOY`], [`DESTROY`]),
+    /// once.
+    pub fn start_at(
+        self: &Arc<Self>,
+        occasion: &'static str,
+        env_uid: &str,
+        environment_id: &str,
+        call: &HookRef,
+    ) {
         let none = Default::default();
         let occasion = Occasion {
-            id: DESTROY,
-            event: DESTROY,
+            id: occasion,
+            event: occasion,
             arguments: &none,
         };
         self.send(env_uid, environment_id, &occasion, call);
@@ -234,6 +276,16 @@ pub fn answer(status: u16, body: &[u8]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deploy_steps() {
+        assert_eq!(deploy_step("before_DEPLOY-100"), Some(DeployStep::Before));
+        assert_eq!(deploy_step("before_DEPLOY"), Some(DeployStep::Before));
+        assert_eq!(deploy_step("after_DEPLOY+100"), Some(DeployStep::After));
+        assert_eq!(deploy_step("enter_DEPLOYED"), Some(DeployStep::After));
+        assert_eq!(deploy_step("before_CONFIGURE"), None);
+        assert_eq!(deploy_step("DESTROY"), None);
+    }
 
     #[test]
     fn answers() {

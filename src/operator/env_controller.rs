@@ -100,6 +100,21 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
             && t.owner_references().iter().any(|o| o.uid == env_uid)
     };
 
+    // The calls triggered before the deployment run, and those awaited there end, before the
+    // first Tasks are written; a critical one that failed stops the deployment, named.
+    if !created_before && env.spec.transition.is_none() {
+        match deploy_calls(&ctx, &env, calls::DeployStep::Before) {
+            DeployCalls::Pending => return Ok(Action::requeue(Duration::from_millis(200))),
+            DeployCalls::Failed(failing) => {
+                status.state = Some(State::Error);
+                status.failing_tasks = failing;
+                write_status(&ctx, &api, &env, &old, status).await?;
+                return Ok(Action::await_change());
+            }
+            DeployCalls::Done => {}
+        }
+    }
+
     // With hook tasks the Tasks' transitions are gated step by step (see `hooks`): looked
     // at on every reconcile, not only when the generation changes.
     let has_hooks = refs.iter().any(|r| r.control_mode == ControlMode::Hook)
@@ -202,6 +217,16 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
     status.counts = agg.counts;
     status.ready = Some(agg.ready);
     status.failing_tasks = agg.failing_tasks;
+    // Once deployed (every task STANDBY, no transition asked yet): the calls after it; and
+    // whatever a deployment call said (a critical failure makes the environment ERROR).
+    if env.spec.transition.is_none() && agg.state == State::Standby {
+        let _ = deploy_calls(&ctx, &env, calls::DeployStep::After);
+    }
+    let failed_calls = deploy_failures(&ctx, &env);
+    if failed_calls.iter().any(|f| f.critical) {
+        status.state = Some(State::Error);
+    }
+    status.failing_tasks.extend(failed_calls);
     status.transition = match &env.spec.transition {
         Some(req) if has_hooks => {
             let (gate, _, _) = hook_gate(&ctx, &env, req, &refs, &tasks);
@@ -283,6 +308,63 @@ fn hook_gate(
         .map(|i| i - first_call)
         .collect();
     (gate, start, calls)
+}
+
+/// Where the deployment's calls of one step stand.
+enum DeployCalls {
+    /// Some awaited at this step are still in flight.
+    Pending,
+    /// Critical ones failed (as failing entries of the status, named by the call's path).
+    Failed(Vec<crate::crd::FailingTask>),
+    Done,
+}
+
+/// Sends the calls of deployment step `step` (once) and tells whether those awaited at it have
+/// ended. A call is awaited at its `await` (default: its trigger).
+fn deploy_calls(ctx: &Ctx, env: &Environment, step: calls::DeployStep) -> DeployCalls {
+    let uid = env.uid().unwrap_or_default();
+    let mut pending = false;
+    for c in &env.spec.hooks {
+        let trigger = c.trigger.as_deref().unwrap_or("");
+        if calls::deploy_step(trigger) != Some(step) {
+            continue;
+        }
+        if ctx.calls.run_of(&uid, calls::DEPLOY, &c.path) == hooks::Run::Idle {
+            ctx.calls.start_at(calls::DEPLOY, &uid, &env.spec.id, c);
+        }
+        let awaited = calls::deploy_step(c.r#await.as_deref().unwrap_or(trigger)) == Some(step);
+        if awaited && ctx.calls.run_of(&uid, calls::DEPLOY, &c.path) == hooks::Run::Started {
+            pending = true;
+        }
+    }
+    let failed: Vec<_> = deploy_failures(ctx, env)
+        .into_iter()
+        .filter(|f| f.critical)
+        .collect();
+    match (pending, failed.is_empty()) {
+        (true, _) => DeployCalls::Pending,
+        (false, false) => DeployCalls::Failed(failed),
+        (false, true) => DeployCalls::Done,
+    }
+}
+
+/// The deployment's calls that failed, as failing entries (node empty: a call is no task).
+fn deploy_failures(ctx: &Ctx, env: &Environment) -> Vec<crate::crd::FailingTask> {
+    let uid = env.uid().unwrap_or_default();
+    env.spec
+        .hooks
+        .iter()
+        .filter_map(|c| match ctx.calls.run_of(&uid, calls::DEPLOY, &c.path) {
+            hooks::Run::Failed(why) => Some(crate::crd::FailingTask {
+                name: format!("call {}", c.path),
+                node: String::new(),
+                path: c.path.clone(),
+                critical: c.critical,
+                message: format!("{} at deployment: {why}", c.func),
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Where hook task `t` stands in transition `req`: its status answered the id (ended), or
@@ -571,7 +653,7 @@ async fn finalize(env: &Environment, ctx: &Ctx, api: &Api<Environment>) -> Resul
     });
     for c in at_destroy {
         match ctx.calls.run_of(&uid, calls::DESTROY, &c.path) {
-            hooks::Run::Idle => ctx.calls.start_destroy(&uid, &env.spec.id, c),
+            hooks::Run::Idle => ctx.calls.start_at(calls::DESTROY, &uid, &env.spec.id, c),
             hooks::Run::Failed(why) => {
                 warn!(env = %name, call = %c.path, error = %why, "call at DESTROY failed")
             }

@@ -421,3 +421,32 @@ fn deploy_wait_needs_every_task_in_state() {
         Ok(Outcome::Reached { tasks: 2, .. })
     ));
 }
+
+#[test]
+fn deploy_wait_fails_on_what_the_environment_reports_failing_besides_its_tasks() {
+    let r = Roster::new();
+    let mut e = env(1);
+    e.failing = vec![FailingTask {
+        name: "call w.lhc.deploy".into(),
+        node: r.intern(""),
+        path: "w.lhc.deploy".into(),
+        critical: true,
+        message: "lhc.UpdateFillInfo() at deployment: refused".into(),
+    }];
+    r.apply_env(e.clone());
+    match r.evaluate_state(&env_key(), State::Standby) {
+        Ok(Outcome::Failed { failures, .. }) => {
+            assert_eq!(failures[0].task, "call w.lhc.deploy");
+            assert!(failures[0].message.contains("refused"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A failing entry that is one of its tasks is judged by the task's own record.
+    e.failing[0].name = "t1".into();
+    r.apply_env(e);
+    r.apply_task(task(&r, "t1", "flp001", State::Standby));
+    assert!(matches!(
+        r.evaluate_state(&env_key(), State::Standby),
+        Ok(Outcome::Reached { tasks: 1, .. })
+    ));
+}

@@ -211,7 +211,25 @@ impl Roster {
         let Some(rec) = self.env(env) else {
             return Err(Progress::default());
         };
-        let tally = self.tally(env, rec.tasks as usize, None, target);
+        let mut tally = self.tally(env, rec.tasks as usize, None, target);
+        if tally.failures.is_empty() {
+            // What the Environment reports failing that is no task of it (an integration call
+            // of the deployment): the deployment failed, in the operator's words.
+            let tasks: std::collections::HashSet<String> =
+                self.with_tasks(env, |ts| ts.map(|t| t.name.to_string()).collect());
+            tally.failures = rec
+                .failing
+                .iter()
+                .filter(|f| f.critical && !tasks.contains(&*f.name))
+                .map(|f| Failure {
+                    task: f.name.to_string(),
+                    node: f.node.to_string(),
+                    path: f.path.to_string(),
+                    critical: true,
+                    message: f.message.to_string(),
+                })
+                .collect();
+        }
         if !tally.failures.is_empty() {
             return tally.failed();
         }

@@ -444,3 +444,61 @@ async fn the_store_in_a_config_map_follows_its_versions_and_keeps_the_last_good_
     stop.cancel();
     let _ = watch.await;
 }
+
+/// A critical call at `before_DEPLOY` (the anchor's `lhc.UpdateFillInfo()`) runs before any
+/// Task is written: answered ok, the environment deploys; refused, the create fails naming
+/// the call and no Task of it is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_critical_call_before_deploy_gates_the_deployment() {
+    let ns = TestNamespace::new("anchor-deploy").await;
+    let suffix = support::random_suffix();
+    let (ok_id, bad_id) = (format!("dep{suffix}"), format!("depbad{suffix}"));
+    let lhc = integration("UpdateFillInfo").await;
+    // One sim-runner selector covers one environment: the refused one never gets a pod.
+    let stack = Stack::start(&ns, &ok_id, 55300, &[("lhc", lhc.url.clone())]).await;
+    let mut api = stack.daemon.client().await;
+    let vars = [("hosts", r#"["flp001"]"#), ("lhc_enabled", "true")];
+    let c = fixture::create(&mut api, create(&ok_id, &vars)).await;
+    assert_eq!(c.outcome, "reached", "{} {:?}", c.message, c.failures);
+    let seen: Vec<serde_json::Value> = lhc.seen.lock().unwrap().clone();
+    let deploy: Vec<&serde_json::Value> = seen.iter().filter(|v| v["event"] == "DEPLOY").collect();
+    assert_eq!(deploy.len(), 1, "{seen:?}");
+    assert_eq!(deploy[0]["function"], "UpdateFillInfo");
+    assert_eq!(deploy[0]["trigger"], "before_DEPLOY-50");
+
+    lhc.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut req = create(&bad_id, &vars);
+    req.timeout_seconds = 60;
+    let started = std::time::Instant::now();
+    let b = api
+        .create_environment(req)
+        .await
+        .expect("create")
+        .into_inner();
+    assert_ne!(b.outcome, "reached", "{b:?}");
+    let said = format!("{} {:?}", b.message, b.failures);
+    assert!(
+        said.contains("lhc") && said.contains("refused by the test"),
+        "{said}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "reported after {:?}",
+        started.elapsed()
+    );
+    let tasks: kube::Api<envbridge::crd::Task> = kube::Api::namespaced(ns.client.clone(), &ns.name);
+    let written = tasks
+        .list(&kube::api::ListParams::default())
+        .await
+        .expect("tasks")
+        .items
+        .into_iter()
+        .filter(|t| t.spec.environment.contains(&bad_id))
+        .count();
+    assert_eq!(written, 0, "no Task of the refused deployment");
+    for id in [&ok_id, &bad_id] {
+        let gone = fixture::destroy(&mut api, id, 90).await;
+        assert!(gone.gone, "{id}: {}", gone.message);
+    }
+    stack.stop().await;
+}
