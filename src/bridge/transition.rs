@@ -144,7 +144,7 @@ impl Bridge {
         })
     }
 
-    /// Writes the transition on the Environment (merge patch: touches only these fields).
+    /// Writes the transition on the Environment (a JSON patch of these two fields only).
     async fn request(
         &self,
         key: &EnvKey,
@@ -153,17 +153,20 @@ impl Bridge {
         args: &BTreeMap<String, String>,
     ) -> Result<()> {
         let api: Api<Environment> = Api::namespaced(self.client.clone(), &key.namespace);
-        let patch = serde_json::json!({
-            "spec": {
-                "desiredState": event.target(),
-                "transition": { "id": id, "event": event, "arguments": args },
-            }
-        });
+        // A JSON patch that sets the whole transition: a merge patch would merge `arguments`
+        // into the previous transition's, so START's run number would stay in STOP, RESET and
+        // the next CONFIGURE. Each transition carries exactly the arguments given for it.
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+            { "op": "add", "path": "/spec/desiredState", "value": event.target() },
+            { "op": "add", "path": "/spec/transition",
+              "value": { "id": id, "event": event, "arguments": args } },
+        ]))
+        .map_err(|e| BridgeError::Invalid(vec![format!("transition patch: {e}")]))?;
         let pp = PatchParams {
             field_manager: Some(self.cfg.field_manager.clone()),
             ..PatchParams::default()
         };
-        api.patch(&key.name, &pp, &Patch::Merge(&patch))
+        api.patch(&key.name, &pp, &Patch::<()>::Json(patch))
             .await
             .map_err(BridgeError::kube(format!("request {event} on {key}")))?;
         tracing::info!(environment = %key, transition = id, %event, "transition requested");

@@ -89,7 +89,7 @@ pub struct Payload<'a> {
     /// The transition's event (`START`), and the trigger that sent the call.
     pub event: &'a str,
     pub trigger: &'a str,
-    /// The transition's `run_number` argument, when it has one.
+    /// The run's number for calls of START, STOP and GO_ERROR (START's `run_number`).
     pub run_number: Option<&'a str>,
     pub variables: &'a std::collections::BTreeMap<String, String>,
 }
@@ -97,6 +97,9 @@ pub struct Payload<'a> {
 /// The calls in flight and their outcomes.
 pub struct Calls {
     runs: Mutex<HashMap<Key, Run>>,
+    /// The run number of each environment's current run (START's `run_number`): what the
+    /// calls of START, STOP and GO_ERROR carry, as the anchor's do.
+    run_numbers: Mutex<HashMap<String, String>>,
     http: Client<HttpConnector, Full<Bytes>>,
 }
 
@@ -106,6 +109,7 @@ impl Default for Calls {
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
         Calls {
             runs: Mutex::default(),
+            run_numbers: Mutex::default(),
             http: Client::builder(TokioExecutor::new()).build(connector),
         }
     }
@@ -137,6 +141,33 @@ impl Calls {
     /// Forgets everything about an environment that is gone.
     pub fn forget(&self, env_uid: &str) {
         self.runs().retain(|(e, _, _), _| e != env_uid);
+        self.run_numbers().remove(env_uid);
+    }
+
+    fn run_numbers(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.run_numbers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The run number a call of `event` carries: START's own, remembered for the STOP and
+    /// GO_ERROR of that run.
+    fn run_number(
+        &self,
+        env_uid: &str,
+        event: &str,
+        args: &std::collections::BTreeMap<String, String>,
+    ) -> Option<String> {
+        let mut known = self.run_numbers();
+        match event {
+            "START" => {
+                let n = args.get("run_number").cloned()?;
+                known.insert(env_uid.to_string(), n.clone());
+                Some(n)
+            }
+            "STOP" | "GO_ERROR" => known.get(env_uid).cloned(),
+            _ => None,
+        }
     }
 
     /// Sends `call` of transition `req` (once per transition).
@@ -190,7 +221,7 @@ impl Calls {
             self.runs().insert(key, Run::Failed(why));
             return;
         };
-        let run_number = req.arguments.get("run_number").map(String::as_str);
+        let run_number = self.run_number(env_uid, req.event, req.arguments);
         let payload = Payload {
             plugin: &call.plugin,
             function: &call.function,
@@ -200,7 +231,7 @@ impl Calls {
             environment_id,
             event: req.event,
             trigger: call.trigger.as_deref().unwrap_or(""),
-            run_number,
+            run_number: run_number.as_deref(),
             variables: &call.variables,
         };
         let body = serde_json::to_vec(&payload).unwrap_or_default();

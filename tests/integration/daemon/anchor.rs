@@ -163,6 +163,9 @@ async fn the_anchor_s_readout_dataflow_runs_its_cycle_through_the_daemon() {
     ] {
         assert!(classes.contains(class), "{class} missing from {classes:?}");
     }
+    let envs: kube::Api<envbridge::crd::Environment> =
+        kube::Api::namespaced(ns.client.clone(), &ns.name);
+    let tasks: kube::Api<envbridge::crd::Task> = kube::Api::namespaced(ns.client.clone(), &ns.name);
     for (event, args) in [
         ("CONFIGURE", &[][..]),
         ("START", &[("run_number", "7"), ("run_type", "PHYSICS")][..]),
@@ -171,6 +174,19 @@ async fn the_anchor_s_readout_dataflow_runs_its_cycle_through_the_daemon() {
     ] {
         let r = fixture::run_transition(&mut api, transition(&id, event, args)).await;
         assert!(r.ok, "{event}: {} {:?}", r.message, r.failures);
+        // Each transition carries exactly its own arguments, on the Environment and the Tasks.
+        let want: std::collections::BTreeMap<String, String> = args
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let env = envs.get(&id).await.expect("environment");
+        let tr = env.spec.transition.expect("transition");
+        assert_eq!((tr.event.as_str(), &tr.arguments), (event, &want));
+        for t in tasks.list(&Default::default()).await.expect("tasks").items {
+            if let Some(tr) = t.spec.transition.filter(|tr| tr.event.as_str() == event) {
+                assert_eq!(tr.arguments, want, "{event} on {:?}", t.metadata.name);
+            }
+        }
     }
     let gone = fixture::destroy(&mut api, &id, 90).await;
     assert!(gone.gone, "{id}: {}", gone.message);
