@@ -151,6 +151,10 @@ pub fn scan(src: &str, known: &dyn Fn(&str) -> bool) -> Result<Scan, String> {
     while i < toks.len() {
         let (start, end, tok) = toks[i];
         match tok {
+            // `a..b` builds the whole list: `1..1000000000` would take all memory.
+            Tok::Punct("..") => {
+                return Err("ranges (`a..b`) are not supported in workflow expressions".to_string());
+            }
             Tok::Punct(p @ ("(" | "[" | "{")) => brackets.push(p),
             Tok::Punct(")" | "]" | "}") => {
                 brackets.pop();
@@ -276,5 +280,12 @@ mod tests {
         assert!(scan("nope(1)", &known).unwrap_err().contains("nope"));
         assert!(scan("'a", &known).unwrap_err().contains("unterminated"));
         assert!(scan("$env", &known).is_err());
+        assert!(
+            scan("len(1..1000000000)", &known)
+                .unwrap_err()
+                .contains("ranges")
+        );
+        assert_eq!(scan("'a..b' + x", &known).unwrap().vars, ["x"]);
+        assert!(scan("1.5 + .5", &known).is_ok());
     }
 }
