@@ -211,7 +211,8 @@ async fn fairmq_step(
 
 /// Every state the task reaches, including changes it makes on its own.
 ///
-/// `direct` tasks push their states (StateStream); the stream ends when the task closes it.
+/// `direct` tasks push their later states (StateStream: never the current one on
+/// subscribe); the stream ends when the task closes it.
 /// `fairmq` tasks are polled every [`FAIRMQ_POLL_INTERVAL`] (the plugin has no state stream);
 /// only settled states are yielded, each time it changes; it never ends on its own (an
 /// unreachable task yields one error per poll). `basic`/`hook`: one NoProtocol error.
@@ -279,6 +280,63 @@ fn polled_states(ep: TaskEndpoint) -> impl Stream<Item = Result<State, ControlEr
             }
         }
     })
+}
+
+/// The task's device events as they come (`NULL_DEVICE_EVENT`, `END_OF_STREAM`, ...).
+///
+/// OCClite sends one message as its device reaches ERROR or EXITING, then ends the stream;
+/// the OCC library's example sends nothing in a normal cycle and ends at DONE. A stream
+/// that fails (the connection is lost, the process is gone) yields one error and ends.
+pub fn event_stream(
+    ep: &TaskEndpoint,
+) -> impl Stream<Item = Result<String, ControlError>> + Send + 'static {
+    let ep = *ep;
+    let addr = ep.addr;
+    let open = async move {
+        let variant = ep.variant()?;
+        let channel = VariantChannel::new(channel_for(addr)?, variant);
+        let mut grpc = Grpc::new(channel);
+        grpc.ready()
+            .await
+            .map_err(|e| rpc_error(addr, "EventStream", e))?;
+        let req = tonic::Request::new(pb::EventStreamRequest {});
+        let path = Method::EventStream.path(variant);
+        let replies = match variant {
+            Variant::Protobuf => grpc
+                .server_streaming(
+                    req,
+                    path,
+                    tonic_prost::ProstCodec::<pb::EventStreamRequest, pb::EventStreamReply>::default(),
+                )
+                .await
+                .map(|r| r.into_inner().boxed()),
+            Variant::Json => grpc
+                .server_streaming(
+                    req,
+                    path,
+                    JsonCodec::<pb::EventStreamRequest, pb::EventStreamReply>::default(),
+                )
+                .await
+                .map(|r| r.into_inner().boxed()),
+        };
+        replies.map_err(|s| status_error(addr, "EventStream", s, None))
+    };
+    stream::once(open).flat_map(move |opened| match opened {
+        Ok(replies) => replies
+            .map(move |r| match r {
+                Ok(reply) => Ok(event_name(&reply)),
+                Err(s) => Err(status_error(addr, "EventStream", s, None)),
+            })
+            .boxed(),
+        Err(e) => stream::iter([Err(e)]).boxed(),
+    })
+}
+
+fn event_name(reply: &pb::EventStreamReply) -> String {
+    let kind = reply.event.as_ref().map(|e| e.r#type).unwrap_or(0);
+    pb::DeviceEventType::try_from(kind)
+        .map(|t| t.as_str_name().to_string())
+        .unwrap_or_else(|_| kind.to_string())
 }
 
 /// Drops the cached channel to `addr` (e.g. when its pod is gone).

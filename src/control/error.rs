@@ -78,6 +78,9 @@ pub enum ControlError {
         addr: SocketAddr,
         device_state: String,
     },
+
+    #[error("the task's subscription ended")]
+    StreamEnded,
 }
 
 impl ControlError {

@@ -19,6 +19,6 @@ pub mod pb;
 pub mod sim;
 pub mod wire;
 
-pub use client::{TaskEndpoint, forget, get_state, state_stream, transition};
+pub use client::{TaskEndpoint, event_stream, forget, get_state, state_stream, transition};
 pub use error::ControlError;
 pub use fairmq::fairmq_launch_args;

@@ -338,7 +338,9 @@ impl Runner {
             &get("ENVBRIDGE_SIM_CRASH_ON"),
             &get("ENVBRIDGE_SIM_HANG_ON"),
             &get("ENVBRIDGE_SIM_STUCK_ON"),
-        ) {
+        )
+        .and_then(|c| c.with_fail_in(&get("ENVBRIDGE_SIM_FAIL_IN")))
+        {
             Ok(c) => c,
             Err(e) => {
                 error!("sim runner: pod {}: {e}", spec.pod);

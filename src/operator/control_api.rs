@@ -2,5 +2,6 @@
 //! else in the operator calls these names only.
 
 pub use crate::control::{
-    ControlError, TaskEndpoint, fairmq_launch_args, forget, get_state, transition,
+    ControlError, TaskEndpoint, event_stream, fairmq_launch_args, forget, get_state, state_stream,
+    transition,
 };

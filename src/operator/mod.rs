@@ -11,6 +11,7 @@ pub mod config;
 pub mod control_api;
 pub mod env_controller;
 pub mod hooks;
+pub mod live;
 pub mod names;
 pub mod nodes;
 pub mod pod;

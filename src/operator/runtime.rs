@@ -35,6 +35,9 @@ pub struct Ctx {
     pub recorder: Recorder,
     /// Tasks whose process state was read since this operator started (re-attach check).
     pub verified: DashSet<String>,
+    /// Task uid -> the status written with this operator's last answer to a transition
+    /// (read while the store lags behind that write; see `task_controller::answered`).
+    pub answered: DashMap<String, crate::crd::TaskStatus>,
     /// TaskSet uid -> (resourceVersion, content hash): TaskSets are immutable, hash each once.
     pub set_hashes: DashMap<String, (String, String)>,
     /// (what, task uid) -> when this operator created (or deleted) the task's Pod or
@@ -43,6 +46,8 @@ pub struct Ctx {
     pub requested: DashMap<(&'static str, String), std::time::Instant>,
     /// Integration calls in flight and their outcomes.
     pub calls: Arc<super::calls::Calls>,
+    /// Live task state between transitions (followers of the task processes).
+    pub live: Arc<super::live::Live>,
     listed: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -191,7 +196,10 @@ pub async fn run_controllers(
         gate.await;
         let _ = listed_tx.send(true);
     });
+    // A follower that sees a task change by itself wakes that task's reconcile.
+    let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<Task>>();
     let ctx = Arc::new(Ctx {
+        live: Arc::new(super::live::Live::new(wake_tx)),
         calls: Arc::default(),
         listed: listed_rx,
         recorder: Recorder::new(client.clone(), reporter),
@@ -205,6 +213,7 @@ pub async fn run_controllers(
         templates,
         task_sets,
         verified: DashSet::new(),
+        answered: DashMap::new(),
         set_hashes: DashMap::new(),
         requested: DashMap::new(),
     });
@@ -236,6 +245,9 @@ pub async fn run_controllers(
     let task_ctl = controller::Controller::for_stream(task_stream.applied_objects(), tasks)
         .owns_stream(log_errors(pod_stream, "pods").touched_objects())
         .owns_stream(log_errors(svc_stream, "services").touched_objects())
+        .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(
+            wake_rx,
+        ))
         .with_config(task_cfg)
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(

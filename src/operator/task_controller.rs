@@ -9,13 +9,14 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::control_api::{self, TaskEndpoint};
 use super::env_controller::set_condition;
 use super::hooks;
+use super::live;
 use super::names::{service_name, task_annotations, task_labels};
 use super::nodes::resolve;
 use super::pod::build_pod;
@@ -37,12 +38,17 @@ pub async fn reconcile(task: Arc<Task>, ctx: Arc<Ctx>) -> Result<Action> {
     if task.metadata.deletion_timestamp.is_some() {
         return cleanup(&task, &ctx).await;
     }
-    let old = task.status.clone().unwrap_or_default();
+    let uid = task.uid().unwrap_or_default();
+    let old =
+        answered(&task, &ctx, &uid).unwrap_or_else(|| task.status.clone().unwrap_or_default());
     let mut st = old.clone();
     let mut step = Step::default();
     drive(&task, &ctx, &mut st, &mut step).await?;
     if step.write_status && st != old {
         write_status(&ctx, &task, &st).await?;
+        if st.transition.is_some() {
+            ctx.answered.insert(uid, st.clone());
+        }
     }
     if step.delete_pod && !ctx.args.keep_pods {
         let ns = task.namespace().unwrap_or_default();
@@ -52,6 +58,17 @@ pub async fn reconcile(task: Arc<Task>, ctx: Arc<Ctx>) -> Result<Action> {
     Ok(step
         .action
         .unwrap_or_else(|| Action::requeue(Duration::from_secs(600))))
+}
+
+/// The status this operator wrote with its answer to the Task's current transition, when the
+/// store does not show that answer yet (a reconcile woken before the status write's watch
+/// event arrives must neither send the transition again nor judge against the old state).
+fn answered(task: &Task, ctx: &Ctx, uid: &str) -> Option<TaskStatus> {
+    let req = task.spec.transition.as_ref()?;
+    let mine = ctx.answered.get(uid)?;
+    let stored = task.status.as_ref().and_then(|s| s.transition.as_ref());
+    let ours = mine.transition.as_ref().is_some_and(|t| t.id == req.id);
+    (ours && stored.map(|t| &t.id) != Some(&req.id)).then(|| mine.clone())
 }
 
 pub fn error_policy(task: Arc<Task>, err: &Error, _ctx: Arc<Ctx>) -> Action {
@@ -129,6 +146,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
             create_pod(task, ctx, st, step, &labels, None).await?;
             return Ok(());
         }
+        ctx.live.unfollow(&task_uid);
         if matches!(
             st.state,
             Some(State::Standby | State::Configured | State::Running)
@@ -178,6 +196,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
     }
     record_pod(st, &view, &pod);
     if let Some(failure) = view.failure {
+        ctx.live.unfollow(&task_uid);
         forget_endpoint(task);
         fail(st, task, failure);
         set_condition(
@@ -293,9 +312,67 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
             }
         }
     }
-    transition(task, st, Some(&ep), deadline, protocol).await;
+    transition(task, st, Some((&ep, &ctx.live)), deadline, protocol).await;
+    if protocol {
+        follow_live(task, ctx, st, &ep).await;
+    }
     Ok(())
 }
+
+/// Keeps a follower on the task process while it runs, and applies what it saw.
+async fn follow_live(task: &Task, ctx: &Ctx, st: &mut TaskStatus, ep: &TaskEndpoint) {
+    let uid = task.uid().unwrap_or_default();
+    match st.state {
+        Some(State::Done) | None | Some(State::Deploying) => {
+            ctx.live.unfollow(&uid);
+            return;
+        }
+        Some(_) => ctx.live.follow(&uid, ObjectRef::from_obj(task), *ep),
+    }
+    let Some((obs, call_end)) = ctx.live.news(&uid) else {
+        return;
+    };
+    let mut verdict = live::judge(st.state, &obs, call_end);
+    if verdict == live::Verdict::Confirm
+        && let Some(current) = st.state
+    {
+        let read = {
+            let _call = ctx.live.calling(&uid);
+            control_api::get_state(ep, LIVE_READ_DEADLINE).await
+        };
+        verdict = live::confirmed(current, &obs, read.as_ref().map(|(s, _)| *s))
+            .unwrap_or(live::Verdict::Nothing);
+    }
+    ctx.live.consumed(&uid, &obs);
+    let live::Verdict::Apply {
+        state,
+        reason,
+        message,
+    } = verdict
+    else {
+        return;
+    };
+    warn!(task = %task.name_any(), %state, %message, "task changed state between transitions");
+    st.state = Some(state);
+    st.message = Some(message.clone());
+    let ev = kube::runtime::events::Event {
+        type_: if state == State::Error {
+            kube::runtime::events::EventType::Warning
+        } else {
+            kube::runtime::events::EventType::Normal
+        },
+        reason: reason.into(),
+        note: Some(message),
+        action: "Observe".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &task.object_ref(&())).await {
+        warn!(task = %task.name_any(), error = %e, "could not publish event");
+    }
+}
+
+/// A state read to confirm what a follower saw (direct GetState takes ~1 s while RUNNING).
+const LIVE_READ_DEADLINE: Duration = Duration::from_secs(3);
 
 fn ended(st: &TaskStatus) -> bool {
     st.conditions
@@ -455,7 +532,7 @@ pub const HOOK_RUN: &str = "envbridge.dev/hook-run";
 async fn transition(
     task: &Task,
     st: &mut TaskStatus,
-    ep: Option<&TaskEndpoint>,
+    ep: Option<(&TaskEndpoint, &live::Live)>,
     deadline: Duration,
     protocol: bool,
 ) {
@@ -484,7 +561,7 @@ async fn transition(
         st.transition = Some(done(TransitionPhase::Failed, msg));
         return;
     }
-    let (true, Some(ep)) = (protocol, ep) else {
+    let (true, Some((ep, live))) = (protocol, ep) else {
         st.state = Some(target);
         st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
         return;
@@ -505,7 +582,12 @@ async fn transition(
             None => args.push((k.clone(), v.clone())),
         }
     }
-    match control_api::transition(ep, from, req.event, &args, deadline).await {
+    let uid = task.uid().unwrap_or_default();
+    let result = {
+        let _call = live.calling(&uid);
+        control_api::transition(ep, from, req.event, &args, deadline).await
+    };
+    match result {
         Ok(reached) if reached == target => {
             st.state = Some(reached);
             st.message = None;
@@ -770,6 +852,8 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
         && p.metadata.deletion_timestamp.is_none()
         && awaiting_store(ctx, POD_DELETION, &uid).is_none()
     {
+        ctx.live.unfollow(&uid);
+        take_out(task, ctx, p).await;
         delete_ignore_missing(
             &Api::<Pod>::namespaced(ctx.client.clone(), &ns),
             &name,
@@ -819,8 +903,64 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
         ctx.requested.remove(&(what, uid.clone()));
     }
     ctx.verified.remove(&uid);
+    ctx.answered.remove(&uid);
+    ctx.live.unfollow(&uid);
     forget_endpoint(task);
     Ok(Action::await_change())
+}
+
+/// The events that take a process out in order from `from`: to STANDBY first (STOP from
+/// RUNNING, RESET from CONFIGURED), then EXIT, which the OCC state machine accepts only
+/// from STANDBY, CONFIGURED or ERROR. The FairMQ sequences (RESET = RESET TASK + RESET
+/// DEVICE, EXIT = END) come from the control client.
+pub fn take_out_events(from: State) -> &'static [Event] {
+    match from {
+        State::Running => &[Event::Stop, Event::Reset, Event::Exit],
+        State::Configured => &[Event::Reset, Event::Exit],
+        State::Standby | State::Error => &[Event::Exit],
+        _ => &[],
+    }
+}
+
+/// Before a live task's pod is deleted, its process goes out in order, bounded by the
+/// shutdown timeout; a refusal or the timeout only ends the attempt (the pod goes anyway).
+async fn take_out(task: &Task, ctx: &Ctx, pod: &Pod) {
+    let tref = &task.spec.task;
+    if !matches!(tref.control_mode, ControlMode::Direct | ControlMode::Fairmq) {
+        return;
+    }
+    let Some(mut at) = task.status.as_ref().and_then(|s| s.state) else {
+        return;
+    };
+    let view = observe(pod);
+    let (Some(Ok(ip)), "Running") = (
+        view.ip.as_deref().map(str::parse::<IpAddr>),
+        view.phase.as_str(),
+    ) else {
+        return;
+    };
+    let ep = TaskEndpoint {
+        addr: SocketAddr::new(ip, tref.control_port),
+        mode: tref.control_mode,
+    };
+    let name = task.name_any();
+    let budget = Duration::from_secs(u64::from(ctx.args.shutdown_timeout_seconds));
+    let deadline = ctx.args.control_deadline(tref.timeout_seconds).min(budget);
+    let steps = async {
+        for event in take_out_events(at) {
+            match control_api::transition(&ep, at, *event, &[], deadline).await {
+                Ok(reached) => at = reached,
+                Err(e) => {
+                    warn!(task = %name, %event, error = %e, "taking the task out: refused; its pod goes anyway");
+                    return;
+                }
+            }
+        }
+        info!(task = %name, state = %at, "task taken out before its pod is deleted");
+    };
+    if tokio::time::timeout(budget, steps).await.is_err() {
+        warn!(task = %name, timeout = ?budget, "taking the task out timed out; its pod goes anyway");
+    }
 }
 
 /// What the Task's status shows of its pod: phase, IP and node.

@@ -9,6 +9,8 @@ mod anchor;
 mod apf;
 #[path = "daemon/fixture.rs"]
 mod fixture;
+#[path = "daemon/live.rs"]
+mod live;
 #[path = "daemon/plane.rs"]
 mod plane;
 #[path = "daemon/sim.rs"]

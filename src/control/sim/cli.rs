@@ -55,6 +55,10 @@ pub struct TaskSimArgs {
         value_delimiter = ','
     )]
     pub stuck_on: Vec<String>,
+    /// Move to ERROR by itself, unprompted, this long after reaching a run-control state:
+    /// `STATE=DURATION` (e.g. RUNNING=2s). A fairmq device then exits, as a real one does.
+    #[arg(long = "fail-in", env = "ENVBRIDGE_SIM_FAIL_IN", value_delimiter = ',')]
+    pub fail_in: Vec<String>,
     /// Allow listening on an address outside 127.0.0.0/8 and ::1.
     #[arg(long)]
     pub allow_non_loopback: bool,
@@ -102,7 +106,9 @@ pub fn run(args: TaskSimArgs) -> ExitCode {
         &args.crash_on,
         &args.hang_on,
         &args.stuck_on,
-    ) {
+    )
+    .and_then(|c| c.with_fail_in(&args.fail_in))
+    {
         Ok(c) => c,
         Err(e) => {
             error!("task simulator: {e}");

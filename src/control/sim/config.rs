@@ -12,7 +12,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::control::fairmq::FmqEvent;
-use crate::state::Event;
+use crate::state::{Event, State};
 
 /// Which state machine and wire variant the simulator plays.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -81,6 +81,10 @@ pub enum ConfigError {
     UnknownEvent { option: &'static str, value: String },
     #[error("{option}: invalid duration {value:?} (expected e.g. 200ms, 2s, 1.5s, 0)")]
     BadDuration { option: &'static str, value: String },
+    #[error(
+        "--fail-in: {value:?} is not STATE=DURATION with STATE one of STANDBY, CONFIGURED, RUNNING (e.g. RUNNING=2s)"
+    )]
+    BadFailIn { value: String },
 }
 
 impl EventKey {
@@ -138,6 +142,9 @@ pub struct SimConfig {
     pub hang_on: Vec<EventKey>,
     /// Reply ok=false and stay in the source state (FairMQ: the client must roll back).
     pub stuck_on: Vec<EventKey>,
+    /// Move to ERROR by itself this long after reaching this run-control state (a failure
+    /// between transitions, unprompted; in fairmq mode the device then exits, as a real one).
+    pub fail_in: Vec<(State, Duration)>,
 }
 
 /// What to do with one received request.
@@ -184,6 +191,31 @@ impl SimConfig {
         c.hang_on = keys("--hang-on", hang_on)?;
         c.stuck_on = keys("--stuck-on", stuck_on)?;
         Ok(c)
+    }
+
+    /// Adds `--fail-in STATE=DURATION` values (e.g. `RUNNING=2s`).
+    pub fn with_fail_in(mut self, values: &[String]) -> Result<SimConfig, ConfigError> {
+        for v in values.iter().filter(|v| !v.trim().is_empty()) {
+            let bad = || ConfigError::BadFailIn {
+                value: v.to_string(),
+            };
+            let (state, after) = v.split_once('=').ok_or_else(bad)?;
+            let state = State::from_str(state.trim())
+                .ok()
+                .filter(|s| matches!(s, State::Standby | State::Configured | State::Running))
+                .ok_or_else(bad)?;
+            self.fail_in
+                .push((state, parse_duration("--fail-in", after)?));
+        }
+        Ok(self)
+    }
+
+    /// How long after reaching `state` the simulator fails by itself, if it does.
+    pub fn fails_in(&self, state: State) -> Option<Duration> {
+        self.fail_in
+            .iter()
+            .find(|(s, _)| *s == state)
+            .map(|(_, d)| *d)
     }
 
     pub fn delay_for(&self, req: Requested) -> Duration {
@@ -315,6 +347,17 @@ mod tests {
         assert!(
             SimConfig::parse(SimMode::Direct, &s(&["CONFIGURE=soon"]), &[], &[], &[], &[]).is_err()
         );
+        let f = SimConfig::default()
+            .with_fail_in(&s(&["RUNNING=2s", ""]))
+            .unwrap();
+        assert_eq!(f.fails_in(State::Running), Some(Duration::from_secs(2)));
+        assert_eq!(f.fails_in(State::Configured), None);
+        for bad in ["RUNNING", "ERROR=1s", "RUNNING=soon", "=1s"] {
+            assert!(
+                SimConfig::default().with_fail_in(&s(&[bad])).is_err(),
+                "{bad}"
+            );
+        }
         // Empty values (an empty env var) are ignored.
         assert!(SimConfig::parse(SimMode::Direct, &s(&[""]), &s(&[""]), &[], &[], &[]).is_ok());
     }

@@ -15,7 +15,9 @@ pub enum Machine {
     Fairmq(FmqState),
 }
 
-/// Why a request is rejected with a gRPC error (as the real plugin does: INVALID_ARGUMENT).
+/// Why a request is rejected with a gRPC error. The status code differs by kind and mode
+/// (see `server`): the OCC library answers a mismatch INVALID_ARGUMENT and an unknown event
+/// UNKNOWN; OCClite answers a mismatch CANCELLED.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum Rejection {
     #[error("transition not possible: state mismatch: source: {src} current: {current}")]
@@ -65,18 +67,27 @@ impl Machine {
         )
     }
 
-    /// Checks a Transition request against the current state.
+    /// The run-control state this is (None for FairMQ's intermediate states).
+    pub fn run_state(self) -> Option<State> {
+        match self {
+            Machine::Direct(s) => Some(s),
+            Machine::Fairmq(s) => s.to_state(),
+        }
+    }
+
+    /// Checks a Transition request against the current state. Names are compared exactly,
+    /// as the real processes do (a lower-case event is unknown to them).
     pub fn begin(self, src: &str, event: &str) -> Result<Move, Rejection> {
         let current = self.name();
-        let same = match self {
-            Machine::Direct(_) => src.eq_ignore_ascii_case(current),
-            Machine::Fairmq(_) => FmqState::from_str(src).is_ok_and(|s| s.as_str() == current),
-        };
+        let same = src == current;
         let unknown = || Rejection::UnknownEvent(event.to_string());
         // Parse the event first: an unknown name is the more useful error.
         let mv = match self {
             Machine::Direct(s) => {
-                let e = Event::from_str(event).map_err(|_| unknown())?;
+                let e = Event::from_str(event)
+                    .ok()
+                    .filter(|e| e.as_str() == event)
+                    .ok_or_else(unknown)?;
                 Move {
                     requested: Requested::Run(e),
                     from: self,
@@ -85,7 +96,10 @@ impl Machine {
                 }
             }
             Machine::Fairmq(s) => {
-                let e = FmqEvent::from_str(event).map_err(|_| unknown())?;
+                let e = FmqEvent::from_str(event)
+                    .ok()
+                    .filter(|e| e.as_str() == event)
+                    .ok_or_else(unknown)?;
                 let applied = e.apply(s);
                 Move {
                     requested: Requested::Step(e),
@@ -115,8 +129,12 @@ mod tests {
         let mv = m.begin("STANDBY", "CONFIGURE").unwrap();
         assert_eq!(mv.to, Some(Machine::Direct(State::Configured)));
         assert_eq!(mv.transient, None);
-        // Case-insensitive, as the OCC library compares.
-        assert!(m.begin("standby", "configure").is_ok());
+        // Exact names, as the OCC library compares.
+        assert!(m.begin("standby", "CONFIGURE").is_err());
+        assert_eq!(
+            m.begin("STANDBY", "configure"),
+            Err(Rejection::UnknownEvent("configure".into()))
+        );
         assert_eq!(m.begin("STANDBY", "START").unwrap().to, None);
         assert_eq!(
             m.begin("RUNNING", "STOP"),

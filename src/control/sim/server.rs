@@ -1,6 +1,10 @@
-//! The simulator's gRPC server: one hand-written service answering both wire variants
-//! (protobuf at `/occ_pb.Occ/<Method>`, JSON at the bare method name; see `wire`), playing
-//! the state machine of `machine` with the delays and failures of `config`.
+//! The simulator's gRPC server, hand-written, playing the state machine of `machine` with the
+//! delays and failures of `config`, and speaking each mode's wire as the real processes do
+//! (../shared/reference/occ-wire.md): direct mode is the OCC library (protobuf at
+//! `/occ_pb.Occ/<Method>`, StateStream of later changes), fairmq mode is OCClite (JSON at
+//! the bare method name, no StateStream, one EventStream message at ERROR or EXITING, the
+//! process exits after a failure, a step invalid in its state answered only at the next
+//! change). A process ends after reaching DONE/EXITING.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,7 +23,7 @@ use tonic::{Request, Response, Status};
 use tracing::{debug, error, info, warn};
 
 use super::config::{Fate, SimConfig};
-use super::machine::Machine;
+use super::machine::{Machine, Rejection};
 use crate::control::bare_path_io::BarePathIo;
 use crate::control::json::JsonCodec;
 use crate::control::pb;
@@ -41,6 +45,8 @@ pub enum SimError {
     Serve(#[from] tonic::transport::Error),
     #[error("task simulator crashed on {0} as injected (--crash-on)")]
     Crashed(String),
+    #[error("simulated FairMQ device failed ({0}) and exits, as a real device does")]
+    DeviceFailed(String),
 }
 
 /// Binds the simulator's listen address; only loopback unless explicitly allowed.
@@ -53,16 +59,32 @@ pub async fn bind(addr: SocketAddr, allow_non_loopback: bool) -> Result<TcpListe
         .map_err(|source| SimError::Bind { addr, source })
 }
 
+/// How the simulated process ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum End {
+    /// Injected crash on this event: no reply, exit 70.
+    Crashed(String),
+    /// A FairMQ device in ERROR exits (non-zero).
+    Failed(String),
+    /// EXIT/END reached DONE/EXITING: the process ends normally and its port closes.
+    Exited,
+}
+
+/// Time left for a last reply to reach its caller before the process ends.
+const LAST_WORDS: std::time::Duration = std::time::Duration::from_millis(150);
+
 /// One simulated task process.
 #[derive(Debug)]
 pub struct Simulator {
     config: SimConfig,
     /// The state GetState and StateStream report (transient ones included).
     reported: watch::Sender<Machine>,
+    /// Counts state changes, so that a scheduled self-failure knows whether its state held.
+    changes: std::sync::atomic::AtomicU64,
     /// One transition at a time, as a real process handles them.
     turn: tokio::sync::Mutex<()>,
-    crashed: CancellationToken,
-    crashed_on: std::sync::Mutex<Option<String>>,
+    ended: CancellationToken,
+    end: std::sync::Mutex<Option<End>>,
     pid: i32,
 }
 
@@ -72,9 +94,10 @@ impl Simulator {
         Arc::new(Simulator {
             config,
             reported,
+            changes: Default::default(),
             turn: tokio::sync::Mutex::new(()),
-            crashed: CancellationToken::new(),
-            crashed_on: std::sync::Mutex::new(None),
+            ended: CancellationToken::new(),
+            end: std::sync::Mutex::new(None),
             pid: i32::try_from(std::process::id()).unwrap_or(0),
         })
     }
@@ -84,21 +107,84 @@ impl Simulator {
         *self.reported.borrow()
     }
 
+    fn fairmq(&self) -> bool {
+        self.config.mode == super::config::SimMode::Fairmq
+    }
+
+    fn set(self: &Arc<Self>, m: Machine) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.reported.send_replace(m);
+        if m.is_final() {
+            self.end_with(End::Exited);
+        } else if let Some(after) = m.run_state().and_then(|s| self.config.fails_in(s)) {
+            self.fail_later(m, after);
+        }
+    }
+
+    /// Ends the process a moment from now (its last reply or event still goes out).
+    fn end_with(self: &Arc<Self>, end: End) {
+        if let Ok(mut e) = self.end.lock() {
+            if e.is_some() {
+                return;
+            }
+            *e = Some(end);
+        }
+        let sim = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(LAST_WORDS).await;
+            sim.ended.cancel();
+        });
+    }
+
+    /// `--fail-in`: ERROR by itself `after` reaching `m`, if it is still there then.
+    fn fail_later(self: &Arc<Self>, m: Machine, after: std::time::Duration) {
+        let sim = self.clone();
+        let seen = self.changes.load(std::sync::atomic::Ordering::SeqCst);
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let _turn = sim.turn.lock().await;
+            if sim.changes.load(std::sync::atomic::Ordering::SeqCst) != seen {
+                return;
+            }
+            let unix_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0);
+            warn!(
+                unix_ms,
+                "task simulator moves itself from {} to ERROR after {after:?} (injected, --fail-in)",
+                m.name()
+            );
+            sim.set(m.error());
+            if sim.fairmq() {
+                sim.end_with(End::Failed(format!("ERROR by itself in {}", m.name())));
+            }
+        });
+    }
+
     async fn transition(
-        &self,
+        self: &Arc<Self>,
         req: pb::TransitionRequest,
-        variant: Variant,
     ) -> Result<pb::TransitionReply, Status> {
-        let _turn = self.turn.lock().await;
+        let turn = self.turn.lock().await;
         let current = self.state();
         let event = req.transition_event.clone();
-        let mv = current
-            .begin(&req.src_state, &event)
-            .inspect_err(|r| warn!("task simulator rejected {event:?}: {r}"))
-            .map_err(|r| Status::invalid_argument(r.to_string()))?;
+        let mv = current.begin(&req.src_state, &event).map_err(|r| {
+            warn!("task simulator rejected {event:?}: {r}");
+            match (self.fairmq(), &r) {
+                // OCClite: a source-state mismatch is CANCELLED without a message.
+                (true, Rejection::Mismatch { .. }) => Status::cancelled(""),
+                (false, Rejection::Mismatch { .. }) => Status::invalid_argument(r.to_string()),
+                (_, Rejection::UnknownEvent(_)) => {
+                    Status::unknown("Unexpected error in RPC handling")
+                }
+            }
+        })?;
         info!(
-            "task simulator received transition {event} in {current} ({} arguments, {variant:?})",
+            "task simulator received transition {event} in {current} ({} arguments, {})",
             req.arguments.len(),
+            if self.fairmq() { "Json" } else { "Protobuf" },
             current = current.name()
         );
         for a in &req.arguments {
@@ -108,10 +194,7 @@ impl Simulator {
         match fate {
             Fate::Crash => {
                 error!("task simulator crashing on {event} as injected (--crash-on)");
-                if let Ok(mut c) = self.crashed_on.lock() {
-                    *c = Some(event.clone());
-                }
-                self.crashed.cancel();
+                self.end_with(End::Crashed(event.clone()));
                 std::future::pending::<()>().await;
             }
             Fate::Hang => {
@@ -140,14 +223,23 @@ impl Simulator {
                 "task simulator: {event} does not apply in {}",
                 current.name()
             );
-            return Ok(reply(
-                current,
-                false,
-                pb::StateChangeTrigger::DeviceIntentional,
-            ));
+            if !self.fairmq() {
+                return Ok(reply(
+                    current,
+                    false,
+                    pb::StateChangeTrigger::DeviceIntentional,
+                ));
+            }
+            // A FairMQ device answers such a step only at its next state change, with that
+            // unrelated state (it may never come: callers need a deadline).
+            let mut rx = self.reported.subscribe();
+            drop(turn);
+            let _ = rx.changed().await;
+            let now = *rx.borrow_and_update();
+            return Ok(reply(now, false, pb::StateChangeTrigger::DeviceIntentional));
         };
         if let Some(t) = mv.transient {
-            self.reported.send_replace(t);
+            self.set(t);
         }
         let delay = self.config.delay_for(mv.requested);
         if !delay.is_zero() {
@@ -167,7 +259,11 @@ impl Simulator {
             }
             _ => (to, true, pb::StateChangeTrigger::Executor),
         };
-        self.reported.send_replace(state);
+        self.set(state);
+        if fate == Fate::Fail && self.fairmq() {
+            // A real device that fails answers, then its process exits.
+            self.end_with(End::Failed(format!("{event} failed")));
+        }
         Ok(reply(state, ok, trigger))
     }
 
@@ -178,44 +274,40 @@ impl Simulator {
         }
     }
 
-    /// The current state, then every change, ending after a final state (DONE/EXITING).
+    /// Every later change (never the current state), ending after DONE. Direct mode only:
+    /// OCClite has no StateStream.
     fn state_stream(&self) -> BoxStream<pb::StateStreamReply> {
         let rx = self.reported.subscribe();
-        stream::unfold((rx, true, false), |(mut rx, first, done)| async move {
-            if done || (!first && rx.changed().await.is_err()) {
+        stream::unfold((rx, false), |(mut rx, done)| async move {
+            if done || rx.changed().await.is_err() {
                 return None;
             }
             let m = *rx.borrow_and_update();
-            let transient = matches!(m, Machine::Fairmq(s) if s.is_transient());
             let reply = pb::StateStreamReply {
-                r#type: if transient {
-                    pb::StateType::StateIntermediate
-                } else {
-                    pb::StateType::StateStable
-                } as i32,
+                r#type: pb::StateType::StateStable as i32,
                 state: m.name().to_string(),
             };
-            Some((Ok(reply), (rx, false, m.is_final())))
+            Some((Ok(reply), (rx, m.is_final())))
         })
         .boxed()
     }
 
-    /// One device event when the process reaches its final state, then the end.
+    /// OCClite: one message (`{"event":{"type":0}}`) when the device reaches EXITING or
+    /// ERROR, then the end. The OCC library's example sends nothing and ends at DONE.
     fn event_stream(&self) -> BoxStream<pb::EventStreamReply> {
         let mut rx = self.reported.subscribe();
-        let kind = match self.config.mode {
-            // What the OCClite plugin sends when its device is EXITING.
-            super::config::SimMode::Fairmq => pb::DeviceEventType::NullDeviceEvent,
-            super::config::SimMode::Direct => pb::DeviceEventType::EndOfStream,
-        };
+        let fairmq = self.fairmq();
         stream::once(async move {
-            let _ = rx.wait_for(|m| m.is_final()).await;
-            Ok(pb::EventStreamReply {
+            let _ = rx
+                .wait_for(|m| m.is_final() || (fairmq && *m == m.error()))
+                .await;
+            fairmq.then_some(Ok(pb::EventStreamReply {
                 event: Some(pb::DeviceEvent {
-                    r#type: kind as i32,
+                    r#type: pb::DeviceEventType::NullDeviceEvent as i32,
                 }),
-            })
+            }))
         })
+        .filter_map(std::future::ready)
         .boxed()
     }
 }
@@ -229,6 +321,10 @@ pub async fn serve(
     sim: Arc<Simulator>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), SimError> {
+    let initial = sim.state();
+    if let Some(after) = initial.run_state().and_then(|s| sim.config.fails_in(s)) {
+        sim.fail_later(initial, after);
+    }
     let svc = OccService { sim: sim.clone() };
     let server = tonic::transport::Server::builder().serve_with_incoming_shutdown(
         svc,
@@ -239,9 +335,15 @@ pub async fn serve(
     );
     tokio::select! {
         r = server => r.map_err(SimError::from),
-        _ = sim.crashed.cancelled() => {
-            let on = sim.crashed_on.lock().ok().and_then(|c| c.clone()).unwrap_or_default();
-            Err(SimError::Crashed(on))
+        _ = sim.ended.cancelled() => {
+            match sim.end.lock().ok().and_then(|e| e.clone()) {
+                Some(End::Crashed(on)) => Err(SimError::Crashed(on)),
+                Some(End::Failed(why)) => Err(SimError::DeviceFailed(why)),
+                Some(End::Exited) | None => {
+                    info!("task simulator reached {} and exits", sim.state().name());
+                    Ok(())
+                }
+            }
         }
     }
 }
@@ -289,21 +391,26 @@ async fn dispatch(
 ) -> http::Response<tonic::body::Body> {
     let path = req.uri().path().to_string();
     let method = Method::from_path(&path);
-    let variant = req
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(Variant::from_content_type);
-    let (Some(method), Some(variant)) = (method, variant) else {
+    // What each real process serves: the OCC library protobuf at `/occ_pb.Occ/<Method>`
+    // (any content subtype), OCClite JSON at the bare method name and no StateStream.
+    let fairmq = sim.fairmq();
+    let variant = if fairmq {
+        Variant::Json
+    } else {
+        Variant::Protobuf
+    };
+    let served = method
+        .filter(|m| path == m.path(variant).as_str() && !(fairmq && *m == Method::StateStream));
+    let Some(method) = served else {
         warn!("task simulator: no such method {path:?} (content type {variant:?})");
         return Status::unimplemented(format!("task simulator has no method {path:?}")).into_http();
     };
     debug!("task simulator call {path:?} as {variant:?}");
-    if sim.crashed.is_cancelled() {
-        // In-process crash: the listener is gone, open connections get no service either.
-        return Status::unavailable("task simulator crashed (injected)").into_http();
+    if sim.ended.is_cancelled() {
+        // In-process end: the listener is gone, open connections get no service either.
+        return Status::unavailable("task simulator process has ended").into_http();
     }
-    let s = Svc { sim, variant };
+    let s = Svc { sim };
     let mut resp = match method {
         Method::GetState => {
             with_codec!(
@@ -342,9 +449,10 @@ async fn dispatch(
             req
         ),
     };
+    // Both real processes answer `application/grpc`, whatever the request said.
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static(variant.content_type()),
+        http::HeaderValue::from_static(crate::control::wire::CONTENT_TYPE_PROTO),
     );
     resp
 }
@@ -352,7 +460,6 @@ async fn dispatch(
 /// The per-call handle the tonic server drives.
 struct Svc {
     sim: Arc<Simulator>,
-    variant: Variant,
 }
 
 impl UnaryService<pb::GetStateRequest> for Svc {
@@ -369,12 +476,7 @@ impl UnaryService<pb::TransitionRequest> for Svc {
     type Future = BoxFuture<Result<Response<pb::TransitionReply>, Status>>;
     fn call(&mut self, req: Request<pb::TransitionRequest>) -> Self::Future {
         let sim = self.sim.clone();
-        let variant = self.variant;
-        Box::pin(async move {
-            sim.transition(req.into_inner(), variant)
-                .await
-                .map(Response::new)
-        })
+        Box::pin(async move { sim.transition(req.into_inner()).await.map(Response::new) })
     }
 }
 

@@ -1,0 +1,280 @@
+//! Live run control through the daemon and the operator, with one simulator process per pod:
+//! a task that moves itself to ERROR while RUNNING, and a task process killed while RUNNING,
+//! both reach the Environment and the daemon's WatchEvents without any transition; a destroy
+//! takes running tasks out the anchor's way (STOP, RESET, EXIT / END) before their pods go.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use envbridge::control::{TaskEndpoint, get_state};
+use envbridge::crd::Task;
+use envbridge::plan::ControlMode;
+use envbridge::server::pb;
+use futures::StreamExt;
+use kube::Api;
+
+use super::fixture::{self, Daemon, fixed_ns};
+use super::{Child, transition};
+use crate::support::{self, TestNamespace};
+
+/// How long a live failure may take to show in the test (the benchmark measures the figure).
+const SEEN_WITHIN: Duration = Duration::from_secs(20);
+
+struct Stack {
+    _sim: Child,
+    logs: tempfile::TempDir,
+    op_stop: tokio_util::sync::CancellationToken,
+    operator: tokio::task::JoinHandle<envbridge::operator::Result<()>>,
+    daemon: Daemon,
+}
+
+impl Stack {
+    async fn start(ns: &TestNamespace, ids: &[&str], ports: u16) -> Stack {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+        envbridge::install::crds(&ns.client).await.expect("CRDs");
+        envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
+            .await
+            .expect("TaskTemplates");
+        let logs = tempfile::tempdir().expect("log dir");
+        // One process per simulator (not --in-process): the test kills one.
+        let selector = format!(
+            "app.kubernetes.io/managed-by=envbridge,envbridge.dev/environment in ({})",
+            ids.join(",")
+        );
+        let sim = Child(
+            std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+                .args(["dev", "sim-runner", "--selector", &selector])
+                .arg("--kubeconfig")
+                .arg(&ns.info.kubeconfig)
+                .arg("--log-dir")
+                .arg(logs.path())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("sim-runner"),
+        );
+        let op_stop = tokio_util::sync::CancellationToken::new();
+        let operator = tokio::spawn(envbridge::operator::run(
+            ns.client.clone(),
+            envbridge::operator::OperatorArgs {
+                namespace: Some(ns.name.clone()),
+                no_leader_election: true,
+                connect_timeout_seconds: 20,
+                ..envbridge::operator::OperatorArgs::default()
+            },
+            op_stop.clone(),
+        ));
+        let mut cfg = fixed_ns(&ns.name);
+        cfg.tasks_dir = root.join("control-workflows/tasks");
+        cfg.workflows_dir = root.join("control-workflows/workflows");
+        cfg.defaults_files = vec![root.join("site/local.yaml")];
+        cfg.control_ports = ports..=ports + 49;
+        cfg.tcp_ports = ports + 50..=ports + 99;
+        let renderer = envbridge::bridge::render::renderer(&cfg);
+        let daemon = Daemon::start(ns.client.clone(), cfg, renderer).await;
+        Stack {
+            _sim: sim,
+            logs,
+            op_stop,
+            operator,
+            daemon,
+        }
+    }
+
+    async fn stop(self) {
+        self.op_stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.operator).await;
+    }
+
+    /// What the simulator of `task` logged (its pod's log file).
+    fn sim_log(&self, ns: &str, task: &str) -> String {
+        std::fs::read_to_string(self.logs.path().join(format!("{ns}_{task}.log")))
+            .unwrap_or_default()
+    }
+}
+
+fn create(id: &str, extra: &[(&str, &str)]) -> pb::CreateEnvironmentRequest {
+    let mut variables = HashMap::from([("hosts".to_string(), r#"["flp001","flp002"]"#.into())]);
+    variables.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    pb::CreateEnvironmentRequest {
+        workflow: "readout-dataflow".into(),
+        variables,
+        env_id: id.to_string(),
+        wait: true,
+        timeout_seconds: 120,
+        ..Default::default()
+    }
+}
+
+/// Waits until the environment shows ERROR with `task` failing; returns the failure's message
+/// and how long it took.
+async fn until_error(
+    api: &mut envbridge::server::pb::env_bridge_client::EnvBridgeClient<tonic::transport::Channel>,
+    id: &str,
+    task: &str,
+) -> (String, Duration) {
+    let started = Instant::now();
+    loop {
+        let env = fixture::get(api, id).await;
+        if env.state == "ERROR"
+            && let Some(f) = env.failing.iter().find(|f| f.task == task)
+        {
+            return (f.message.clone(), started.elapsed());
+        }
+        assert!(
+            started.elapsed() < SEEN_WITHIN,
+            "{id}: no ERROR naming {task} within {SEEN_WITHIN:?}: state {} failing {:?}",
+            env.state,
+            env.failing
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// WatchEvents delivers the task's ERROR (no transition asked for it).
+async fn watch_sees_error(
+    events: &mut (impl futures::Stream<Item = Result<pb::RosterEvent, tonic::Status>> + Unpin),
+    task: &str,
+) {
+    let deadline = Instant::now() + SEEN_WITHIN;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ev = tokio::time::timeout(left, events.next())
+            .await
+            .unwrap_or_else(|_| panic!("WatchEvents: no ERROR of {task} within {SEEN_WITHIN:?}"))
+            .expect("stream open")
+            .expect("event");
+        if let Some(t) = ev.task
+            && t.name == task
+            && t.state == "ERROR"
+        {
+            assert!(!t.message.is_empty(), "the event says why: {t:?}");
+            return;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_between_transitions_reach_the_environment_and_watch_events() {
+    let ns = TestNamespace::new("daemon-live").await;
+    let suffix = support::random_suffix();
+    let (self_id, kill_id) = (format!("self{suffix}"), format!("kill{suffix}"));
+    let ports = 54000 + (u16::from_str_radix(&suffix[..4], 16).unwrap_or(0) % 100) * 100;
+    let stack = Stack::start(&ns, &[&self_id, &kill_id], ports).await;
+    let mut api = stack.daemon.client().await;
+    let mut events = api
+        .watch_events(pb::WatchEventsRequest {
+            id: String::new(),
+            snapshot: false,
+        })
+        .await
+        .expect("WatchEvents")
+        .into_inner();
+
+    // StfBuilder (a FairMQ device) on flp002 moves itself to ERROR 3 s into RUNNING.
+    let c = fixture::create(
+        &mut api,
+        create(
+            &self_id,
+            &[("sim_fail_host", "flp002"), ("sim_fail_in", "RUNNING=3s")],
+        ),
+    )
+    .await;
+    assert_eq!(c.outcome, "reached", "{}", c.message);
+    let k = fixture::create(&mut api, create(&kill_id, &[])).await;
+    assert_eq!(k.outcome, "reached", "{}", k.message);
+    for id in [&self_id, &kill_id] {
+        for ev in ["CONFIGURE", "START"] {
+            let r = fixture::run_transition(&mut api, transition(id, ev, &[])).await;
+            assert!(r.ok, "{id} {ev}: {} {:?}", r.message, r.failures);
+        }
+    }
+    let tasks: Api<Task> = Api::namespaced(ns.client.clone(), &ns.name);
+    let all = tasks.list(&Default::default()).await.expect("tasks");
+    let named = |env: &str, class: &str| {
+        all.items
+            .iter()
+            .find(|t| {
+                t.spec.environment.ends_with(env)
+                    && t.spec.task.class.contains(class)
+                    && t.spec.task.node == "flp002"
+            })
+            .unwrap_or_else(|| panic!("{env}: no {class} task on flp002"))
+            .clone()
+    };
+
+    let stfb = named(&self_id, "stfbuilder");
+    let stfb_name = stfb.metadata.name.clone().unwrap_or_default();
+    let (why, took) = until_error(&mut api, &self_id, &stfb_name).await;
+    eprintln!("self-inflicted ERROR seen on the Environment {took:?} after START returned: {why}");
+    assert!(why.contains("RUNNING"), "{why}");
+    watch_sees_error(&mut events, &stfb_name).await;
+
+    // The readout process (direct mode) on flp002 of the other environment is killed.
+    let readout = named(&kill_id, "readout");
+    let ip = readout
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("pod IP");
+    let addr = SocketAddr::new(ip.parse().expect("ip"), readout.spec.task.control_port);
+    let (state, pid) = get_state(
+        &TaskEndpoint::new(addr, ControlMode::Direct),
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("GetState of the readout simulator");
+    assert_eq!(state.to_string(), "RUNNING");
+    assert!(pid > 1);
+    let killed = Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let readout_name = readout.metadata.name.clone().unwrap_or_default();
+    let (why, _) = until_error(&mut api, &kill_id, &readout_name).await;
+    eprintln!(
+        "killed process seen on the Environment {:?} after the kill: {why}",
+        killed.elapsed()
+    );
+    assert!(
+        why.contains("control connection lost while RUNNING"),
+        "{why}"
+    );
+    watch_sees_error(&mut events, &readout_name).await;
+
+    // Destroy takes the running tasks out first: STOP, RESET, EXIT (direct) / END (FairMQ).
+    let out = named(&kill_id, "stfbuilder");
+    let out_name = out.metadata.name.clone().unwrap_or_default();
+    let other_readout = all
+        .items
+        .iter()
+        .find(|t| {
+            t.spec.environment.ends_with(&kill_id)
+                && t.spec.task.class.contains("readout")
+                && t.spec.task.node == "flp001"
+        })
+        .and_then(|t| t.metadata.name.clone())
+        .expect("readout on flp001");
+    for id in [&self_id, &kill_id] {
+        let gone = fixture::destroy(&mut api, id, 90).await;
+        assert!(gone.gone, "{id}: {}", gone.message);
+    }
+    let direct = stack.sim_log(&ns.name, &other_readout);
+    let order: Vec<&str> = ["transition STOP", "transition RESET", "transition EXIT"]
+        .into_iter()
+        .filter(|w| direct.contains(&format!("received {w}")))
+        .collect();
+    assert_eq!(order.len(), 3, "readout's simulator log:\n{direct}");
+    let fmq = stack.sim_log(&ns.name, &out_name);
+    for step in ["STOP", "RESET TASK", "RESET DEVICE", "END"] {
+        assert!(
+            fmq.contains(&format!("received transition {step} ")),
+            "StfBuilder's simulator did not receive {step}:\n{fmq}"
+        );
+    }
+    stack.stop().await;
+}
