@@ -21,6 +21,7 @@ pub mod runtime;
 pub mod service;
 pub mod task_controller;
 pub mod task_sets;
+pub mod transition_args;
 
 pub use config::OperatorArgs;
 pub use runtime::{run, run_cli};

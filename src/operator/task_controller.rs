@@ -24,6 +24,7 @@ use super::pod_status::{PodView, observe};
 use super::runtime::Ctx;
 use super::service::{build_service, service_matches};
 use super::task_sets::TASK_FINALIZER;
+use super::transition_args;
 use super::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
 use crate::crd::{Task, TaskStatus, TransitionPhase, TransitionStatus};
 use crate::plan::ControlMode;
@@ -566,22 +567,7 @@ async fn transition(
         st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
         return;
     };
-    let mut args: Vec<(String, String)> = Vec::new();
-    if req.event == Event::Configure {
-        args.extend(
-            task.spec
-                .task
-                .channels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string())),
-        );
-    }
-    for (k, v) in &req.arguments {
-        match args.iter_mut().find(|(ak, _)| ak == k) {
-            Some(slot) => slot.1 = v.clone(),
-            None => args.push((k.clone(), v.clone())),
-        }
-    }
+    let args = transition_args::arguments(req.event, &task.spec.task, &req.arguments);
     let uid = task.uid().unwrap_or_default();
     let result = {
         let _call = live.calling(&uid);

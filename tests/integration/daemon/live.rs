@@ -50,6 +50,8 @@ impl Stack {
                 .arg(&ns.info.kubeconfig)
                 .arg("--log-dir")
                 .arg(logs.path())
+                // The simulators log every argument they receive.
+                .env("RUST_LOG", "info,envbridge::control::sim=debug")
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .spawn()
@@ -186,8 +188,11 @@ async fn failures_between_transitions_reach_the_environment_and_watch_events() {
     let k = fixture::create(&mut api, create(&kill_id, &[])).await;
     assert_eq!(k.outcome, "reached", "{}", k.message);
     for id in [&self_id, &kill_id] {
-        for ev in ["CONFIGURE", "START"] {
-            let r = fixture::run_transition(&mut api, transition(id, ev, &[])).await;
+        for (ev, args) in [
+            ("CONFIGURE", &[][..]),
+            ("START", &[("run_number", "7"), ("k", "v")][..]),
+        ] {
+            let r = fixture::run_transition(&mut api, transition(id, ev, args)).await;
             assert!(r.ok, "{id} {ev}: {} {:?}", r.message, r.failures);
         }
     }
@@ -259,11 +264,48 @@ async fn failures_between_transitions_reach_the_environment_and_watch_events() {
         })
         .and_then(|t| t.metadata.name.clone())
         .expect("readout on flp001");
+    // START carried `runNumber=7` (the key real processes read) and `k=v`; CONFIGURE the
+    // task's properties and channels.
+    let log = stack.sim_log(&ns.name, &other_readout);
+    let section = |event: &str| -> String {
+        let start = log
+            .find(&format!("received transition {event} "))
+            .unwrap_or_else(|| panic!("no {event} in:\n{log}"));
+        let rest = &log[start + 1..];
+        let end = rest.find("received transition").map_or(rest.len(), |e| e);
+        rest[..end].to_string()
+    };
+    let start = section("START");
+    assert!(start.contains("argument runNumber = 7"), "{start}");
+    assert!(start.contains("argument k = v"), "{start}");
+    assert!(start.contains("argument cleanup = 0"), "{start}");
+    let configure = section("CONFIGURE");
+    assert!(
+        configure.contains("argument environment_id = "),
+        "{configure}"
+    );
+    assert!(
+        configure.contains("argument chans.readout.0.address = "),
+        "{configure}"
+    );
+    assert!(!configure.contains("runNumber"), "{configure}");
     for id in [&self_id, &kill_id] {
         let gone = fixture::destroy(&mut api, id, 90).await;
         assert!(gone.gone, "{id}: {}", gone.message);
     }
     let direct = stack.sim_log(&ns.name, &other_readout);
+    let stop = &direct[direct.find("received transition STOP ").expect("STOP")..];
+    let stop = &stop[..stop[1..]
+        .find("received transition")
+        .map_or(stop.len(), |e| e + 1)];
+    assert!(
+        stop.contains("received transition STOP in RUNNING (0 arguments"),
+        "{stop}"
+    );
+    assert!(
+        !stop.contains("runNumber") && !stop.contains("argument k"),
+        "{stop}"
+    );
     let order: Vec<&str> = ["transition STOP", "transition RESET", "transition EXIT"]
         .into_iter()
         .filter(|w| direct.contains(&format!("received {w}")))
