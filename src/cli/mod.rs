@@ -9,6 +9,7 @@ mod demo;
 mod env;
 mod logs;
 mod render;
+mod task;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -34,6 +35,8 @@ pub enum Command {
     Daemon(Box<daemon::DaemonArgs>),
     /// The cluster side: Environment -> Tasks -> Pods (leader-elected controller).
     Operator(envbridge::operator::OperatorArgs),
+    /// One task process by hand: its state, one transition, or a watch.
+    Task(task::TaskArgs),
     /// Run a task SIMULATOR: a stand-in task process speaking the control protocol.
     TaskSim(envbridge::control::sim::TaskSimArgs),
     /// The whole system end to end on the local control plane (the README's first command).
@@ -51,6 +54,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Env(args) => env::run(args),
         Command::Daemon(args) => daemon::run(*args),
         Command::Operator(args) => envbridge::operator::run_cli(args),
+        Command::Task(args) => task::run(args),
         Command::TaskSim(args) => envbridge::control::sim::run(args),
         Command::Render(args) => render::run(args),
         Command::Demo(args) => demo::run(args),

@@ -67,6 +67,26 @@ pub async fn get_state(
     ep: &TaskEndpoint,
     deadline: Duration,
 ) -> Result<(State, u32), ControlError> {
+    let (raw, pid) = get_raw_state(ep, deadline).await?;
+    let state = match ep.mode {
+        ControlMode::Fairmq => {
+            let fmq = parse_fmq(ep.addr, "GetState", &raw)?;
+            fmq.to_state().ok_or_else(|| ControlError::Between {
+                addr: ep.addr,
+                device_state: raw.clone(),
+            })?
+        }
+        _ => parse_state(ep.addr, "GetState", &raw)?,
+    };
+    Ok((state, pid))
+}
+
+/// The state exactly as the process names it (a FairMQ device's own state, e.g. `BOUND`)
+/// and its pid.
+pub async fn get_raw_state(
+    ep: &TaskEndpoint,
+    deadline: Duration,
+) -> Result<(String, u32), ControlError> {
     let variant = ep.variant()?;
     let reply: pb::GetStateReply = unary(
         ep.addr,
@@ -77,18 +97,39 @@ pub async fn get_state(
         "GetState",
     )
     .await?;
-    let pid = u32::try_from(reply.pid).unwrap_or(0);
-    let state = match ep.mode {
-        ControlMode::Fairmq => {
-            let fmq = parse_fmq(ep.addr, "GetState", &reply.state)?;
-            fmq.to_state().ok_or_else(|| ControlError::Between {
-                addr: ep.addr,
-                device_state: reply.state.clone(),
-            })?
-        }
-        _ => parse_state(ep.addr, "GetState", &reply.state)?,
-    };
-    Ok((state, pid))
+    Ok((reply.state, u32::try_from(reply.pid).unwrap_or(0)))
+}
+
+/// The process's own state names, polled `every` so long (for a FairMQ device, which has
+/// no state stream), each time it changes, the current one first; a failed read ends the
+/// stream with its error.
+pub fn raw_state_stream(
+    ep: &TaskEndpoint,
+    every: Duration,
+) -> impl Stream<Item = Result<String, ControlError>> + Send + 'static {
+    let ep = *ep;
+    stream::unfold(
+        (ep, None::<String>, false),
+        move |(ep, last, done)| async move {
+            if done {
+                return None;
+            }
+            let mut first = last.is_none();
+            loop {
+                if !first {
+                    tokio::time::sleep(every).await;
+                }
+                first = false;
+                match get_raw_state(&ep, every.max(Duration::from_secs(2))).await {
+                    Ok((s, _)) if last.as_deref() != Some(s.as_str()) => {
+                        return Some((Ok(s.clone()), (ep, Some(s), false)));
+                    }
+                    Ok(_) => continue,
+                    Err(e) => return Some((Err(e), (ep, last, true))),
+                }
+            }
+        },
+    )
 }
 
 /// Drives the task from `from` through `event`; returns the state it settled in.
@@ -289,7 +330,7 @@ fn polled_states(ep: TaskEndpoint) -> impl Stream<Item = Result<State, ControlEr
 /// that fails (the connection is lost, the process is gone) yields one error and ends.
 pub fn event_stream(
     ep: &TaskEndpoint,
-) -> impl Stream<Item = Result<String, ControlError>> + Send + 'static {
+) -> futures::stream::BoxStream<'static, Result<String, ControlError>> {
     let ep = *ep;
     let addr = ep.addr;
     let open = async move {
@@ -321,15 +362,17 @@ pub fn event_stream(
         };
         replies.map_err(|s| status_error(addr, "EventStream", s, None))
     };
-    stream::once(open).flat_map(move |opened| match opened {
-        Ok(replies) => replies
-            .map(move |r| match r {
-                Ok(reply) => Ok(event_name(&reply)),
-                Err(s) => Err(status_error(addr, "EventStream", s, None)),
-            })
-            .boxed(),
-        Err(e) => stream::iter([Err(e)]).boxed(),
-    })
+    stream::once(open)
+        .flat_map(move |opened| match opened {
+            Ok(replies) => replies
+                .map(move |r| match r {
+                    Ok(reply) => Ok(event_name(&reply)),
+                    Err(s) => Err(status_error(addr, "EventStream", s, None)),
+                })
+                .boxed(),
+            Err(e) => stream::iter([Err(e)]).boxed(),
+        })
+        .boxed()
 }
 
 fn event_name(reply: &pb::EventStreamReply) -> String {
@@ -507,8 +550,12 @@ fn status_error(
     let mut message = s.message().to_string();
     let mut src = std::error::Error::source(&s);
     while let Some(e) = src {
-        message.push_str(": ");
-        message.push_str(&e.to_string());
+        // Transport errors repeat their cause at every level: each text once.
+        let text = e.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
         src = e.source();
     }
     ControlError::Rpc {

@@ -19,6 +19,9 @@ pub mod pb;
 pub mod sim;
 pub mod wire;
 
-pub use client::{TaskEndpoint, event_stream, forget, get_state, state_stream, transition};
+pub use client::{
+    TaskEndpoint, event_stream, forget, get_raw_state, get_state, raw_state_stream, state_stream,
+    transition,
+};
 pub use error::ControlError;
 pub use fairmq::fairmq_launch_args;

@@ -18,14 +18,14 @@ use tokio::process::{Child, Command};
 const DEADLINE: Duration = Duration::from_secs(5);
 
 /// A task simulator child process and everything it logged so far.
-struct SimProc {
-    child: Child,
-    addr: SocketAddr,
+pub(super) struct SimProc {
+    pub(super) child: Child,
+    pub(super) addr: SocketAddr,
     log: Arc<Mutex<Vec<String>>>,
 }
 
 impl SimProc {
-    async fn start(args: &[&str], env: &[(&str, &str)]) -> SimProc {
+    pub(super) async fn start(args: &[&str], env: &[(&str, &str)]) -> SimProc {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_envbridge"));
         cmd.arg("task-sim")
             .arg("--listen")
@@ -73,16 +73,16 @@ impl SimProc {
         SimProc { child, addr, log }
     }
 
-    fn ep(&self, mode: ControlMode) -> TaskEndpoint {
+    pub(super) fn ep(&self, mode: ControlMode) -> TaskEndpoint {
         TaskEndpoint::new(self.addr, mode)
     }
 
-    fn log_text(&self) -> String {
+    pub(super) fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
 
     /// Lines mentioning `needle`, in order.
-    fn lines_with(&self, needle: &str) -> Vec<String> {
+    pub(super) fn lines_with(&self, needle: &str) -> Vec<String> {
         self.log
             .lock()
             .unwrap()
