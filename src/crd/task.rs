@@ -56,6 +56,13 @@ pub struct TaskStatus {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transition: Option<TransitionStatus>,
+    /// A failed process's story: its container's termination message (with
+    /// `FallbackToLogsOnError`, its last log lines; at most 4 KiB, the end kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_log: Option<String>,
+    /// The pod's Warning events when the task failed ("Reason: message", at most 10).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_events: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

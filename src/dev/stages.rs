@@ -10,6 +10,9 @@ pub const SIM_FAIL_AFTER: &str = "envbridge.dev/sim-fail-after";
 pub const SIM_EXIT_CODE: &str = "envbridge.dev/sim-exit-code";
 pub const SIM_REASON: &str = "envbridge.dev/sim-reason";
 pub const SIM_MESSAGE: &str = "envbridge.dev/sim-message";
+/// Container env that keeps a pod Pending with a FailedScheduling event (see
+/// stages/pod-sim-pending.yaml).
+pub const SIM_PENDING_ENV: &str = "ENVBRIDGE_SIM_PENDING";
 /// Pod label that makes kwok complete a running pod with exit code 0.
 pub const SIM_SUCCEED_LABEL: &str = "envbridge.dev/sim-succeed";
 pub const SIM_SUCCEED_AFTER: &str = "envbridge.dev/sim-succeed-after";
@@ -25,6 +28,10 @@ pub const STAGES: &[(&str, &str)] = &[
     ("pod-complete", include_str!("stages/pod-complete.yaml")),
     ("pod-delete", include_str!("stages/pod-delete.yaml")),
     ("pod-sim-fail", include_str!("stages/pod-sim-fail.yaml")),
+    (
+        "pod-sim-pending",
+        include_str!("stages/pod-sim-pending.yaml"),
+    ),
     (
         "pod-sim-succeed",
         include_str!("stages/pod-sim-succeed.yaml"),

@@ -44,6 +44,10 @@ pub struct OperatorArgs {
     /// How long a Running pod's control port may stay unreachable before the task is ERROR, seconds.
     #[arg(long, env = "ENVBRIDGE_CONNECT_TIMEOUT", default_value_t = 30)]
     pub connect_timeout_seconds: u32,
+    /// How long a task's pod may take to be Running before the task fails with the pod's
+    /// own Warning events (FailedScheduling, image pull errors, ...), seconds.
+    #[arg(long, env = "ENVBRIDGE_STARTUP_TIMEOUT", default_value_t = 120)]
+    pub startup_timeout_seconds: u32,
     /// How long a deleted task's process gets to go out in order (STOP, RESET, EXIT; FairMQ:
     /// STOP, RESET TASK, RESET DEVICE, END) before its pod is deleted anyway, seconds.
     #[arg(long, env = "ENVBRIDGE_SHUTDOWN_TIMEOUT", default_value_t = 15)]

@@ -16,6 +16,7 @@ pub mod names;
 pub mod nodes;
 pub mod pod;
 pub mod pod_status;
+pub mod pod_story;
 pub mod requests;
 pub mod runtime;
 pub mod service;

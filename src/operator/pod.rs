@@ -106,6 +106,11 @@ pub fn build_pod(
     };
     container.command = command;
     container.args = if args.is_empty() { None } else { Some(args) };
+    // A process that fails leaves its last log lines as its termination message (the
+    // operator copies them into the Task's status), unless the template chose otherwise.
+    container
+        .termination_message_policy
+        .get_or_insert_with(|| "FallbackToLogsOnError".into());
 
     Ok(Pod {
         metadata: ObjectMeta {

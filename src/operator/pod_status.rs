@@ -64,10 +64,13 @@ fn container_failure(c: &ContainerStatus) -> Option<String> {
         && t.exit_code != 0
     {
         let reason = t.reason.as_deref().unwrap_or("Error");
+        // The termination message may be the process's last log lines (up to 4 KiB, kept
+        // whole in the Task's `lastLog`): its last line says it here.
         let msg = t
             .message
             .as_deref()
-            .map(|m| format!(": {m}"))
+            .and_then(|m| m.lines().rev().find(|l| !l.trim().is_empty()))
+            .map(|m| format!(": {}", super::pod_story::tail(m.trim(), 256)))
             .unwrap_or_default();
         return Some(format!(
             "container {} exited with code {} ({reason}){msg}",

@@ -21,6 +21,7 @@ use super::names::{service_name, task_annotations, task_labels};
 use super::nodes::resolve;
 use super::pod::build_pod;
 use super::pod_status::{PodView, observe};
+use super::pod_story;
 use super::runtime::Ctx;
 use super::service::{build_service, service_matches};
 use super::task_sets::TASK_FINALIZER;
@@ -144,6 +145,8 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
             st.message = None;
             st.pod_phase = None;
             st.pod_ip = None;
+            st.last_log = None;
+            st.pod_events.clear();
             create_pod(task, ctx, st, step, &labels, None).await?;
             return Ok(());
         }
@@ -199,6 +202,22 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
     if let Some(failure) = view.failure {
         ctx.live.unfollow(&task_uid);
         forget_endpoint(task);
+        let first = !ended(st);
+        if first {
+            // Once: the story of the failure (last log lines, the pod's Warning events)
+            // into the status and a Kubernetes Event. The pod is kept for its logs until
+            // the environment goes (or a RECOVER replaces it).
+            st.last_log = pod_story::termination_message(&pod);
+            st.pod_events = pod_story::warning_events(&ctx.client, &pod).await;
+            let mut note = failure.clone();
+            if let Some(last) = st.last_log.as_deref().and_then(|l| l.lines().last()) {
+                note.push_str(&format!("; last log line: {last}"));
+            }
+            publish(ctx, task, "ProcessFailed", note).await;
+        } else if st.pod_events.is_empty() && ended_for(st) < EVENTS_GRACE {
+            // The kubelet's events may be written just after the status that failed it.
+            st.pod_events = pod_story::warning_events(&ctx.client, &pod).await;
+        }
         fail(st, task, failure);
         set_condition(
             &mut st.conditions,
@@ -208,8 +227,13 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
             &view.phase,
             task.metadata.generation,
         );
-        step.delete_pod = true;
-        step.action = Some(Action::await_change());
+        step.action = Some(
+            if st.pod_events.is_empty() && ended_for(st) < EVENTS_GRACE {
+                Action::requeue(Duration::from_secs(1))
+            } else {
+                Action::await_change()
+            },
+        );
         return Ok(());
     }
     if view.succeeded && tref.control_mode == ControlMode::Basic {
@@ -251,13 +275,47 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         if st.state.is_none() {
             st.state = Some(State::Deploying);
         }
-        // A pod that starts gets one status write (when its process answers); one still
-        // pending long after its creation is reported as such. Failures are reported at
-        // once above.
         let age = pod_age(&pod);
+        let limit = Duration::from_secs(u64::from(ctx.args.startup_timeout_seconds));
+        if age >= limit {
+            // Not Running in time: a failure, told in the pod's own words.
+            let mut why = pod_story::pending_reasons(&pod);
+            let events = pod_story::warning_events(&ctx.client, &pod).await;
+            why.extend(events.iter().cloned());
+            let msg = format!(
+                "pod not Running after {}s (phase {}){}",
+                limit.as_secs(),
+                view.phase,
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", why.join("; "))
+                }
+            );
+            st.pod_events = events;
+            publish(ctx, task, "StartupFailed", msg.clone()).await;
+            fail(st, task, msg);
+            set_condition(
+                &mut st.conditions,
+                COND_ENDED,
+                true,
+                "StartupTimeout",
+                &view.phase,
+                task.metadata.generation,
+            );
+            // It never ran: nothing to keep, and it must not start later unmanaged.
+            step.delete_pod = true;
+            step.action = Some(Action::await_change());
+            return Ok(());
+        }
+        // A pod that starts gets one status write (when its process answers); failures are
+        // reported at once above, and a pod not Running at the start-up timeout then.
+        let left = limit - age;
         if age < PENDING_REPORT && task.status.is_none() {
             step.write_status = false;
-            step.action = Some(Action::requeue(PENDING_REPORT - age));
+            step.action = Some(Action::requeue((PENDING_REPORT - age).min(left)));
+        } else {
+            step.action = Some(Action::requeue(left));
         }
         return Ok(());
     };
@@ -356,14 +414,21 @@ async fn follow_live(task: &Task, ctx: &Ctx, st: &mut TaskStatus, ep: &TaskEndpo
     warn!(task = %task.name_any(), %state, %message, "task changed state between transitions");
     st.state = Some(state);
     st.message = Some(message.clone());
-    let ev = kube::runtime::events::Event {
-        type_: if state == State::Error {
-            kube::runtime::events::EventType::Warning
+    publish(ctx, task, reason, message).await;
+}
+
+/// A Kubernetes Event on the Task (Warning: every reason published here is bad news but
+/// `TaskStateChanged`).
+async fn publish(ctx: &Ctx, task: &Task, reason: &str, note: String) {
+    use kube::runtime::events::{Event as KEvent, EventType};
+    let ev = KEvent {
+        type_: if reason == "TaskStateChanged" {
+            EventType::Normal
         } else {
-            kube::runtime::events::EventType::Normal
+            EventType::Warning
         },
         reason: reason.into(),
-        note: Some(message),
+        note: Some(pod_story::tail(&note, 1024)),
         action: "Observe".into(),
         secondary: None,
     };
@@ -374,6 +439,20 @@ async fn follow_live(task: &Task, ctx: &Ctx, st: &mut TaskStatus, ep: &TaskEndpo
 
 /// A state read to confirm what a follower saw (direct GetState takes ~1 s while RUNNING).
 const LIVE_READ_DEADLINE: Duration = Duration::from_secs(3);
+
+/// How long after a failure the pod's Warning events are looked for again while none is seen.
+const EVENTS_GRACE: Duration = Duration::from_secs(5);
+
+/// How long ago the task's process ended (zero when unknown or not ended).
+fn ended_for(st: &TaskStatus) -> Duration {
+    st.conditions
+        .iter()
+        .find(|c| c.type_ == COND_ENDED && c.status == "True")
+        .and_then(|c| {
+            Duration::try_from(jiff::Timestamp::now().duration_since(c.last_transition_time.0)).ok()
+        })
+        .unwrap_or_default()
+}
 
 fn ended(st: &TaskStatus) -> bool {
     st.conditions

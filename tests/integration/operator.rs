@@ -476,16 +476,54 @@ async fn failed_pod_turns_task_and_environment_to_error_unless_not_critical() ->
         .expect("critical task named");
     assert_eq!(crit.name, tasks[0].name);
     assert!(crit.message.contains("disk full"));
-    // Ended pods are deleted (no keep option given); the Task stays ERROR, no new pod.
+    // A failed task's story survives: its last log lines (the termination message) and the
+    // pod's Warning events are in its status; its pod is kept (for `envbridge logs`) until
+    // the environment goes, and no new pod is made.
+    let task = Api::<Task>::namespaced(fx.admin.clone(), &fx.ns)
+        .get(&tasks[0].name)
+        .await?;
+    let ts = task.status.unwrap();
+    assert!(
+        ts.last_log
+            .as_deref()
+            .is_some_and(|l| l.contains("disk full")),
+        "{ts:?}"
+    );
     let deadline = Instant::now() + WAIT;
-    while !pods.list(&ListParams::default()).await?.items.is_empty() {
-        assert!(Instant::now() < deadline, "failed pods were not deleted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut ts = ts;
+    while !ts.pod_events.iter().any(|e| e.starts_with("BackOff: ")) {
+        // kwok writes the event just after the status: the operator looks again for a while.
+        assert!(Instant::now() < deadline, "no BackOff event in {ts:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        ts = Api::<Task>::namespaced(fx.admin.clone(), &fx.ns)
+            .get(&tasks[0].name)
+            .await?
+            .status
+            .unwrap();
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let kept = pods.list(&ListParams::default()).await?.items;
+    assert_eq!(
+        kept.len(),
+        2,
+        "failed pods are kept until the environment goes"
+    );
     assert!(
-        pods.list(&ListParams::default()).await?.items.is_empty(),
+        kept.iter()
+            .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")),
         "a failed task's pod was re-created"
+    );
+    let task_events =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(fx.admin.clone(), &fx.ns)
+            .list(&ListParams::default())
+            .await?;
+    assert!(
+        task_events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("ProcessFailed")
+                && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Task")),
+        "no ProcessFailed event on the Task"
     );
     let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(fx.admin.clone(), &fx.ns)
         .list(&ListParams::default())
@@ -499,6 +537,57 @@ async fn failed_pod_turns_task_and_environment_to_error_unless_not_critical() ->
     );
 
     destroy(&fx, "ef").await?;
+    assert!(
+        pods.list(&ListParams::default()).await?.items.is_empty(),
+        "the environment's destroy leaves no pod"
+    );
+    op.stop().await?;
+    finish(fx).await
+}
+
+/// A pod that is not Running within the start-up timeout fails its task with the pod's own
+/// words (held Pending by the `pod-sim-pending` kwok stage, which adds FailedScheduling).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_pending_past_the_startup_timeout_fails_its_task_with_its_events() -> Res {
+    let fx = fixture("pending").await?;
+    let client = operator_client(&fx.kubeconfig).await?;
+    let stop = CancellationToken::new();
+    let op = Running {
+        stop: stop.clone(),
+        handle: tokio::spawn(envbridge::operator::run(
+            client,
+            OperatorArgs {
+                startup_timeout_seconds: 3,
+                ..args(&fx.ns, None)
+            },
+            stop,
+        )),
+    };
+    let mut t = task_ref("ep", "flp001", "readout", 1, ControlMode::Basic);
+    t.env.push(EnvVar {
+        name: envbridge::dev::stages::SIM_PENDING_ENV.into(),
+        value: "1".into(),
+    });
+    deploy(&fx, "ep", &[t.clone()], 10).await?;
+    let started = Instant::now();
+    let env = wait_env(&fx, "ep", "ERROR", state_is(State::Error)).await?;
+    println!("start-up failure reported after {:?}", started.elapsed());
+    let st = env.status.unwrap();
+    let f = &st.failing_tasks[0];
+    assert_eq!(f.name, t.name);
+    assert!(f.message.contains("not Running after 3s"), "{}", f.message);
+    assert!(f.message.contains("Unschedulable"), "{}", f.message);
+    let task = Api::<Task>::namespaced(fx.admin.clone(), &fx.ns)
+        .get(&t.name)
+        .await?;
+    let ts = task.status.unwrap();
+    assert!(
+        ts.pod_events
+            .iter()
+            .any(|e| e.starts_with("FailedScheduling: ") && e.contains("hugepages")),
+        "{ts:?}"
+    );
+    destroy(&fx, "ep").await?;
     op.stop().await?;
     finish(fx).await
 }

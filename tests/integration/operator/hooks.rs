@@ -348,11 +348,20 @@ async fn recover_recreates_a_pod_that_ended() -> Res {
     let old = wait_pod(&fx, &name).await?;
     end_pod(&fx, &name, "sim-fail", "segfault").await?;
     wait_env(&fx, "rc", "ERROR", state_is(State::Error)).await?;
-    wait_pod_gone(&fx, &name).await?;
     wait_task(&fx, &name, "ERROR", |t| task_state(t) == Some(State::Error)).await?;
+    // The failed pod is kept (its logs) until a RECOVER replaces it.
+    let kept = wait_pod(&fx, &name).await?;
+    assert_eq!(kept.uid(), old.uid());
 
     transition(&fx, "rc", "rec-1", Event::Recover).await?;
-    let pod = wait_pod(&fx, &name).await?;
+    let pods: Api<Pod> = Api::namespaced(fx.admin.clone(), &fx.ns);
+    let pod = wait_until("a new pod after RECOVER", async || {
+        Ok(pods
+            .get_opt(&name)
+            .await?
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && p.uid() != old.uid()))
+    })
+    .await?;
     assert_ne!(
         pod.uid(),
         old.uid(),
