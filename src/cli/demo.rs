@@ -3,7 +3,8 @@
 //! Starts (or reuses) the control plane, installs the CRDs and TaskTemplates, starts the
 //! operator, the daemon and the task simulators as child processes, then drives a
 //! readout-dataflow environment through CONFIGURE -> START -> STOP -> RESET -> destroy and
-//! shows an injected failure. Progress goes to stdout for people; the LAST stdout line is a
+//! shows two injected failures: one that a transition meets, one that happens in RUNNING
+//! with no transition asked. Progress goes to stdout for people; the LAST stdout line is a
 //! one-line JSON summary for scripts. Everything it started is stopped on every exit path.
 
 use std::path::{Path, PathBuf};
@@ -147,11 +148,11 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn step(what: &str) {
+pub(super) fn step(what: &str) {
     println!("\n==> {what}");
 }
 
-fn say(what: &str) {
+pub(super) fn say(what: &str) {
     println!("    {what}");
 }
 
@@ -351,12 +352,24 @@ async fn demo(
     live.environments.retain(|id| id != &failing.id);
     say("failed environment destroyed");
 
+    let (midrun_ms, midrun_task) = super::demo_midrun::show(
+        api,
+        &mut live.environments,
+        &kubectl,
+        &hosts_json,
+        bad_host,
+        &run_dir.join("simulators"),
+    )
+    .await?;
+
     Ok(json!({
         "nodes": created.nodes,
         "tasks": created.tasks,
         "transitions": timings,
         "failure_reported_ms": failure_ms,
         "failed_task": failed_task,
+        "midrun_failure_reported_ms": midrun_ms,
+        "midrun_failed_task": midrun_task,
     }))
 }
 
@@ -474,7 +487,7 @@ async fn connect_with_retry(addr: &str, children: &mut Children) -> Result<Clien
     }
 }
 
-async fn create(
+pub(super) async fn create(
     api: &mut Client,
     live: &mut Vec<String>,
     id: &str,
@@ -511,7 +524,7 @@ async fn create(
     Ok(reply)
 }
 
-async fn transition(
+pub(super) async fn transition(
     api: &mut Client,
     id: &str,
     event: &str,
@@ -533,7 +546,7 @@ async fn transition(
         .map_err(|s| format!("{event} on {id}: {}", s.message()))
 }
 
-async fn destroy(api: &mut Client, id: &str) -> Result<(), String> {
+pub(super) async fn destroy(api: &mut Client, id: &str) -> Result<(), String> {
     let req = pb::DestroyEnvironmentRequest {
         id: id.into(),
         wait: true,
@@ -552,7 +565,7 @@ async fn destroy(api: &mut Client, id: &str) -> Result<(), String> {
 }
 
 /// The built kubectl, to show what `kubectl get environments,tasks` shows at each step.
-struct Kubectl {
+pub(super) struct Kubectl {
     bin: PathBuf,
     kubeconfig: PathBuf,
 }
@@ -561,7 +574,7 @@ impl Kubectl {
     /// Shows the table once the Environment's aggregated state is `state` (at most 3 s): the
     /// daemon answers from the tasks, and the operator writes the Environment's status a
     /// moment later (debounced), so the table agrees with the line printed above it.
-    fn show_when(&self, namespace: &str, name: &str, state: &str) {
+    pub(super) fn show_when(&self, namespace: &str, name: &str, state: &str) {
         let deadline = Instant::now() + Duration::from_secs(3);
         loop {
             let out = std::process::Command::new(&self.bin)
