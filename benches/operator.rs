@@ -10,18 +10,16 @@
 //! BENCH_NODES nodes). BENCH_NODES, BENCH_TASKS_PER_NODE, BENCH_CONCURRENCY adjust it.
 
 use std::collections::{BTreeMap, HashSet};
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envbridge::control::sim::{SimConfig, SimMode, Simulator, bind, serve};
 use envbridge::crd::{Environment, EnvironmentSpec, Task, TaskStatus, TaskTemplate};
 use envbridge::operator::names::{task_annotations, task_labels};
 use envbridge::operator::pod::{PodSettings, build_pod};
 use envbridge::operator::requests::{RequestCount, counting_client};
 use envbridge::operator::service::build_service;
 use envbridge::operator::task_sets::build_task;
-use envbridge::plan::{ControlMode, EnvVar, TaskRef};
+use envbridge::plan::TaskRef;
 use envbridge::state::State;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -33,13 +31,10 @@ use tokio_util::sync::CancellationToken;
 
 mod support;
 
+use support::sims::Sims;
+use support::tasks::{CLASSES, task_refs};
 use support::{Res, create_ns, delete_ns, env_num, install, peak_rss_kib};
 
-const CLASSES: [(&str, ControlMode); 3] = [
-    ("readout", ControlMode::Direct),
-    ("stfbuilder-senderoutput", ControlMode::Fairmq),
-    ("stfsender", ControlMode::Fairmq),
-];
 const DISCOVERY_PORT: u16 = 47000;
 const TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -87,7 +82,10 @@ async fn run() -> Res {
     let op_ns = format!("bench-op-{suffix}");
     create_ns(&admin, &op_ns).await?;
     let marks = SharedMarks::default();
-    let sims = Sims::start(admin.clone(), op_ns.clone(), marks.clone());
+    let on_pod = marks.clone();
+    let sims = Sims::start(admin.clone(), op_ns.clone(), move |name, running| {
+        record(&on_pod, |m| m.pod(name.to_string(), running))
+    });
     let log = std::env::temp_dir().join(format!("envbridge-bench-operator-{suffix}.log"));
     let log_file = std::fs::File::create(&log)?;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
@@ -297,58 +295,6 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
-fn task_refs(env: &str, nodes: usize, per_node: usize) -> Vec<TaskRef> {
-    let mut out = Vec::with_capacity(nodes * per_node);
-    for n in 1..=nodes {
-        let host = format!("flp{n:03}");
-        for i in 0..per_node {
-            let (class, mode) = CLASSES[i % CLASSES.len()];
-            let name = format!("{env}-{host}-{class}-{i}");
-            out.push(TaskRef {
-                name: name.clone(),
-                id: name,
-                path: format!("readout-dataflow.host-{host}.{class}{i}"),
-                class: class.into(),
-                node: host.clone(),
-                template: class.into(),
-                control_mode: mode,
-                control_port: 47100 + i as u16,
-                critical: true,
-                command: format!("/opt/o2/bin/{class}"),
-                env: vec![
-                    EnvVar {
-                        name: "O2_ROLE".into(),
-                        value: host.as_str().into(),
-                    },
-                    EnvVar {
-                        name: "O2_SYSTEM".into(),
-                        value: "FLP".into(),
-                    },
-                    EnvVar {
-                        name: "O2_PARTITION".into(),
-                        value: env.into(),
-                    },
-                ],
-                args: vec![
-                    "--session=default".into(),
-                    "--monitoring-backend=no-op://".into(),
-                ],
-                channels: BTreeMap::from([
-                    (
-                        format!("chans.{class}.0.address").into(),
-                        format!("ipc://@{env}-{host}-{i}").into(),
-                    ),
-                    (format!("chans.{class}.0.method").into(), "bind".into()),
-                    (format!("chans.{class}.0.transport").into(), "shmem".into()),
-                    (format!("chans.{class}.numSockets").into(), "1".into()),
-                ]),
-                ..Default::default()
-            });
-        }
-    }
-    out
-}
-
 /// The bare client: the same Task, Pod and Service bodies, created directly, then one status
 /// write per Task once its pod runs.
 async fn floor(client: &Client, ns: &str, refs: &[TaskRef], concurrency: usize) -> Res {
@@ -499,86 +445,5 @@ async fn wait_gone(admin: &Client, ns: &str) -> Res {
             return Err("teardown did not finish".into());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Task simulators for the operator's pods (what `envbridge dev sim-runner --in-process`
-/// does), one per Running pod on `<podIP>:$OCC_CONTROL_PORT`.
-struct Sims {
-    stop: CancellationToken,
-    handle: tokio::task::JoinHandle<()>,
-}
-
-impl Sims {
-    fn start(client: Client, ns: String, marks: SharedMarks) -> Sims {
-        let stop = CancellationToken::new();
-        let token = stop.clone();
-        let handle = tokio::spawn(async move {
-            let pods: Api<Pod> = Api::namespaced(client, &ns);
-            let mut served = HashSet::new();
-            let mut w = watcher(pods, watcher::Config::default())
-                .default_backoff()
-                .applied_objects()
-                .boxed();
-            loop {
-                let next = tokio::select! {
-                    _ = token.cancelled() => return,
-                    n = w.next() => n,
-                };
-                let Some(Ok(pod)) = next else { continue };
-                let st = pod.status.as_ref();
-                let running = st.and_then(|s| s.phase.as_deref()) == Some("Running");
-                record(&marks, |m| m.pod(pod.name_any(), running));
-                let Some(ip) = st
-                    .and_then(|s| s.pod_ip.as_deref())
-                    .and_then(|ip| ip.parse::<IpAddr>().ok())
-                else {
-                    continue;
-                };
-                let c = &pod
-                    .spec
-                    .as_ref()
-                    .map(|s| s.containers[0].clone())
-                    .unwrap_or_default();
-                let env = |k: &str| {
-                    c.env
-                        .iter()
-                        .flatten()
-                        .find(|e| e.name == k)
-                        .and_then(|e| e.value.clone())
-                };
-                let Some(port) = env("OCC_CONTROL_PORT").and_then(|p| p.parse::<u16>().ok()) else {
-                    continue;
-                };
-                let addr = SocketAddr::new(ip, port);
-                if !running || !served.insert(addr) {
-                    continue;
-                }
-                let mode = if env("ENVBRIDGE_CONTROL_MODE").as_deref() == Some("fairmq") {
-                    SimMode::Fairmq
-                } else {
-                    SimMode::Direct
-                };
-                let config = SimConfig {
-                    mode,
-                    ..SimConfig::default()
-                };
-                let t = token.clone();
-                tokio::spawn(async move {
-                    if let Ok(listener) = bind(addr, false).await {
-                        let _ = serve(listener, Simulator::new(config), async move {
-                            t.cancelled().await
-                        })
-                        .await;
-                    }
-                });
-            }
-        });
-        Sims { stop, handle }
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        let _ = self.handle.await;
     }
 }

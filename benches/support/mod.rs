@@ -3,6 +3,9 @@
 
 #![allow(dead_code)] // each bench uses its own subset
 
+pub mod sims;
+pub mod tasks;
+
 use std::path::Path;
 
 use envbridge::crd::TaskTemplate;

@@ -44,6 +44,10 @@ pub struct OperatorArgs {
     /// How long a Running pod's control port may stay unreachable before the task is ERROR, seconds.
     #[arg(long, env = "ENVBRIDGE_CONNECT_TIMEOUT", default_value_t = 30)]
     pub connect_timeout_seconds: u32,
+    /// Do not follow task processes between transitions: a task that fails while RUNNING is
+    /// then seen at the next transition only (for measuring what live state costs).
+    #[arg(long, env = "ENVBRIDGE_NO_LIVE_STATE")]
+    pub no_live_state: bool,
     /// How long a task's pod may take to be Running before the task fails with the pod's
     /// own Warning events (FailedScheduling, image pull errors, ...), seconds.
     #[arg(long, env = "ENVBRIDGE_STARTUP_TIMEOUT", default_value_t = 120)]

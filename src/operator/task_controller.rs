@@ -372,7 +372,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         }
     }
     transition(task, st, Some((&ep, &ctx.live)), deadline, protocol).await;
-    if protocol {
+    if protocol && !ctx.args.no_live_state {
         follow_live(task, ctx, st, &ep).await;
     }
     Ok(())

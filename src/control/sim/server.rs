@@ -137,6 +137,11 @@ impl Simulator {
         });
     }
 
+    /// Moves to ERROR now, unprompted, as `--fail-in` does (benchmarks inject failures so).
+    pub fn fail_now(self: &Arc<Self>) {
+        self.fail_later(self.state(), std::time::Duration::ZERO);
+    }
+
     /// `--fail-in`: ERROR by itself `after` reaching `m`, if it is still there then.
     fn fail_later(self: &Arc<Self>, m: Machine, after: std::time::Duration) {
         let sim = self.clone();
