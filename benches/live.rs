@@ -291,10 +291,16 @@ async fn inject(
         first.get_or_insert(at);
         sim.fail_now();
         injected.insert(v.clone(), at);
-        // One at a time: wait for it (bounded), then a pause.
+        // One at a time: wait for it (bounded), then a pause. After the first, also for the
+        // Environment's ERROR (its status is debounced: a storm of changes would delay it).
         let deadline = at + Duration::from_secs(30);
         while !seen.lock().unwrap().contains_key(v) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if injected.len() == 1 {
+            while env_seen.lock().unwrap().is_none() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
