@@ -54,6 +54,10 @@ pub struct BridgeConfig {
     pub integrations: std::collections::BTreeMap<String, String>,
     /// The site's class -> TaskTemplate mapping (read at start).
     pub templates: Option<PathBuf>,
+    /// What callers may set, and the per-environment quotas (docs/security.md).
+    pub caller: super::caller::CallerPolicy,
+    /// How long one render may take (it runs off the async runtime; a runaway is an error).
+    pub render_deadline: Duration,
 }
 
 impl Default for BridgeConfig {
@@ -83,6 +87,8 @@ impl Default for BridgeConfig {
             config_map: None,
             integrations: Default::default(),
             templates: None,
+            caller: super::caller::CallerPolicy::new(),
+            render_deadline: Duration::from_secs(10),
         }
     }
 }

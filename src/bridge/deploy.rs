@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::error::{BridgeError, Result, is_not_found};
 use super::objects::Objects;
-use super::{Bridge, CreateSpec, namespace, validate};
+use super::{Bridge, CreateSpec, caller, namespace, validate};
 use crate::crd::{Environment, TaskSet};
 use crate::roster::EnvKey;
 
@@ -72,6 +72,7 @@ impl Bridge {
     pub async fn create(&self, spec: &CreateSpec) -> Result<Created> {
         self.ensure_leader()?;
         let id = environment_id(spec)?;
+        self.check_caller_vars(spec)?;
         let name = crate::plan::names::environment_name(&id);
         let ns = self.cfg.namespace_for(&name);
         let _one_at_a_time = self.create_lock.lock().await;
@@ -82,8 +83,106 @@ impl Bridge {
         }
         let key = EnvKey::new(&ns, &name);
         let taken = self.taken_ports(Some(&key));
-        let objs = (self.renderer)(spec, &id, &taken)?;
+        let objs = self.render_bounded(spec, &id, &taken).await?;
+        self.check_caller_render(spec, &id, &taken, &objs).await?;
         self.apply(objs, &ns, &taken).await
+    }
+
+    /// What a caller asked, before anything is rendered: only `hosts`, the workflow's public
+    /// variables (with fitting values) and the site's allow-list, within the hosts quota.
+    fn check_caller_vars(&self, spec: &CreateSpec) -> Result<()> {
+        let path = super::render::workflow_file(&self.cfg, &spec.workflow)?;
+        let declared = match crate::workflow::load::load_workflow(&path) {
+            Ok(wf) => crate::workflow::public::declared(&wf),
+            // The render reports a workflow that does not load, with its location.
+            Err(_) => Vec::new(),
+        };
+        let problems = caller::check(&self.cfg.caller, &spec.workflow, &declared, &spec.variables);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(BridgeError::Invalid(problems))
+        }
+    }
+
+    /// What the render of a caller's request gives: within the tasks quota, no caller value
+    /// with shell syntax in a shell command line, commands and TaskTemplates unchanged by
+    /// the caller's public variables, and every host on a Node carrying the host label.
+    async fn check_caller_render(
+        &self,
+        spec: &CreateSpec,
+        id: &str,
+        taken: &super::TakenPorts,
+        objs: &Objects,
+    ) -> Result<()> {
+        let tasks = || objs.task_sets.iter().flat_map(|s| s.spec.tasks.iter());
+        let mut problems = Vec::new();
+        let count = tasks().count();
+        if count > self.cfg.caller.max_tasks {
+            problems.push(format!(
+                "the environment has {count} tasks; this site allows at most {} per environment",
+                self.cfg.caller.max_tasks
+            ));
+        }
+        problems.extend(caller::shell_problems(&spec.variables, tasks()));
+        let public: Vec<&str> = spec
+            .variables
+            .keys()
+            .map(String::as_str)
+            .filter(|k| *k != caller::HOSTS && !self.cfg.caller.allowed.contains(*k))
+            .collect();
+        if !public.is_empty() {
+            let mut base = spec.clone();
+            base.variables.retain(|k, _| !public.contains(&k.as_str()));
+            // A workflow that needs the public variable to render at all gives nothing to
+            // compare with: its author declared it for callers.
+            if let Ok(b) = self.render_bounded(&base, id, taken).await {
+                let without = b.task_sets.iter().flat_map(|s| s.spec.tasks.iter());
+                problems.extend(caller::command_changes(tasks(), without, &public));
+            }
+        }
+        let labelled = self.labelled_hosts().await?;
+        problems.extend(caller::unlabelled_hosts(tasks(), &labelled));
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(BridgeError::Invalid(problems))
+        }
+    }
+
+    /// The values of the host label on the cluster's Nodes (one metadata list).
+    async fn labelled_hosts(&self) -> Result<std::collections::BTreeSet<String>> {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        let list = nodes
+            .list_metadata(&kube::api::ListParams::default().labels(crate::crd::labels::HOST))
+            .await
+            .map_err(BridgeError::kube("list Nodes"))?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.labels?.get(crate::crd::labels::HOST).cloned())
+            .collect())
+    }
+
+    /// Renders off the async runtime, within the render deadline: a runaway render is an
+    /// error naming the deadline, and the daemon keeps answering meanwhile.
+    async fn render_bounded(
+        &self,
+        spec: &CreateSpec,
+        id: &str,
+        taken: &super::TakenPorts,
+    ) -> Result<Objects> {
+        let renderer = self.renderer.clone();
+        let (spec, id, taken) = (spec.clone(), id.to_string(), taken.clone());
+        let deadline = self.cfg.render_deadline;
+        let job = tokio::task::spawn_blocking(move || renderer(&spec, &id, &taken));
+        match tokio::time::timeout(deadline, job).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(BridgeError::Render(format!("the render stopped: {e}"))),
+            Err(_) => Err(BridgeError::Render(format!(
+                "the render took longer than {deadline:?} and was abandoned (a runaway expression?)"
+            ))),
+        }
     }
 
     /// Validates and applies already-rendered objects in `ns` (creates the namespace when

@@ -3,6 +3,7 @@
 //! Everything here talks to the apiserver; the decisions it acts on live in the pure core
 //! (the roster, the state machine, the render core).
 
+pub mod caller;
 pub mod client;
 pub mod config;
 pub mod config_map_store;

@@ -65,7 +65,7 @@ pub fn renderer_with(cfg: &BridgeConfig, store: StoreSource) -> Renderer {
 }
 
 /// A workflow is named, not given as a path: clients cannot make the daemon read other files.
-fn workflow_file(cfg: &BridgeConfig, name: &str) -> Result<PathBuf, BridgeError> {
+pub(crate) fn workflow_file(cfg: &BridgeConfig, name: &str) -> Result<PathBuf, BridgeError> {
     let stem = name.strip_suffix(".yaml").unwrap_or(name);
     let ok = !stem.is_empty()
         && !stem.starts_with('.')

@@ -68,6 +68,24 @@ pub struct DaemonArgs {
     /// The site's mapping from task classes and control modes to TaskTemplates.
     #[arg(long, env = "ENVBRIDGE_TEMPLATES", value_name = "FILE")]
     pub templates: Option<PathBuf>,
+    /// A variable callers may set besides `hosts` and the workflow's public ones
+    /// (repeatable; the site's allow-list, docs/security.md).
+    #[arg(
+        long = "allow-variable",
+        value_name = "NAME",
+        env = "ENVBRIDGE_ALLOW_VARIABLES",
+        value_delimiter = ','
+    )]
+    pub allow_variables: Vec<String>,
+    /// At most this many hosts per environment (default 1000).
+    #[arg(long, env = "ENVBRIDGE_MAX_HOSTS")]
+    pub max_hosts: Option<usize>,
+    /// At most this many tasks per environment (default 20000).
+    #[arg(long, env = "ENVBRIDGE_MAX_TASKS")]
+    pub max_tasks: Option<usize>,
+    /// Seconds one render may take before the create fails (default 10).
+    #[arg(long, env = "ENVBRIDGE_RENDER_DEADLINE")]
+    pub render_deadline: Option<u64>,
     /// Control ports to allocate, FIRST-LAST (default 47100-47999).
     #[arg(long, env = "ENVBRIDGE_CONTROL_PORTS", value_parser = port_range)]
     pub control_ports: Option<(u16, u16)>,
@@ -141,6 +159,11 @@ pub struct FileConfig {
     #[serde(default)]
     pub integrations: std::collections::BTreeMap<String, String>,
     pub templates: Option<PathBuf>,
+    #[serde(default)]
+    pub caller_variables: Vec<String>,
+    pub max_hosts: Option<usize>,
+    pub max_tasks: Option<usize>,
+    pub render_deadline: Option<u64>,
     pub control_ports: Option<String>,
     pub tcp_ports: Option<String>,
     pub deploy_timeout: Option<u64>,
@@ -209,6 +232,22 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
         .chain(a.integrations)
     {
         b.integrations.insert(k, v);
+    }
+    b.caller.allowed = f
+        .caller_variables
+        .into_iter()
+        .chain(a.allow_variables)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect();
+    if let Some(n) = a.max_hosts.or(f.max_hosts) {
+        b.caller.max_hosts = n;
+    }
+    if let Some(n) = a.max_tasks.or(f.max_tasks) {
+        b.caller.max_tasks = n;
+    }
+    if let Some(s) = a.render_deadline.or(f.render_deadline) {
+        b.render_deadline = Duration::from_secs(s.max(1));
     }
     b.config_map = match a.config_map {
         Some(cm) => Some(cm),

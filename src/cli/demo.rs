@@ -245,6 +245,8 @@ async fn demo(
             format!("--tasks-dir={}", flows.join("tasks").display()),
             format!("--workflows-dir={}", flows.join("workflows").display()),
             format!("--defaults={}", site.display()),
+            // The demo is the site's administrator: its failure injection is allowed.
+            "--allow-variable=sim_fail_host,sim_fail_on,sim_fail_in".to_string(),
         ]),
         Some(f) => {
             daemon_args.extend([
@@ -261,6 +263,8 @@ async fn demo(
                     .iter()
                     .map(|c| format!("--config-store={}", c.display())),
             );
+            // The demo is the site's administrator: every --set is allowed.
+            daemon_args.extend(f.sets.iter().map(|(k, _)| format!("--allow-variable={k}")));
         }
     }
     let sim_args = [

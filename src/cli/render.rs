@@ -25,6 +25,9 @@ pub enum Output {
 pub struct RenderArgs {
     /// Workflow file (or name in --workflows).
     pub workflow: PathBuf,
+    /// Seconds the render may take; a longer one is stopped with an error (exit 2).
+    #[arg(long, default_value_t = 30)]
+    pub deadline: u64,
     /// Directory of task classes (`<load>.yaml`).
     #[arg(long, value_name = "DIR")]
     pub tasks: PathBuf,
@@ -98,10 +101,33 @@ pub fn run(a: RenderArgs) -> ExitCode {
         namespace: a.namespace,
         ..RenderRequest::default()
     };
-    let rendered = match plan::render(&req) {
-        Ok(r) => r,
-        Err(e) => {
+    // Off the main thread, with a deadline: a runaway render is an error, never a hang.
+    let deadline = std::time::Duration::from_secs(a.deadline.max(1));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("render".into())
+        .spawn(move || {
+            let _ = tx.send(plan::render(&req));
+        });
+    if let Err(e) = spawned {
+        eprintln!("error: cannot start the render: {e}");
+        return ExitCode::from(2);
+    }
+    let rendered = match rx.recv_timeout(deadline) {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
             eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            eprintln!(
+                "error: the render took longer than {}s (--deadline) and was stopped: a runaway expression?",
+                deadline.as_secs()
+            );
+            return ExitCode::from(2);
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            eprintln!("error: the render stopped unexpectedly");
             return ExitCode::from(2);
         }
     };

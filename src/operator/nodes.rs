@@ -1,7 +1,8 @@
 //! machine_id -> Kubernetes Node name. Pure: works on (name, labels) pairs from the node store.
 //!
 //! Workflows name hosts by their short name (`flp001`) while Kubernetes names nodes by FQDN
-//! (`flp001.cluster.local`): the anchor had to patch that mismatch by hand.
+//! (`flp001.cluster.local`): the label `envbridge.dev/host=flp001` joins them, and only a
+//! labelled Node ever receives a task.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +12,7 @@ use crate::crd::labels;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodeError {
     #[error(
-        "no Node for machine_id {id:?}: none is labelled {label}={id}, named {id:?}, or named \"{id}.*\""
+        "no Node for machine_id {id:?}: none is labelled {label}={id} (tasks run only on nodes an administrator labelled: kubectl label node NODE {label}={id})"
     )]
     NotFound { id: String, label: &'static str },
     #[error("machine_id {id:?} is ambiguous: {rule} matches several Nodes ({})", .nodes.join(", "))]
@@ -22,14 +23,14 @@ pub enum NodeError {
     },
 }
 
-/// The Node a task with `machine_id` runs on: the Node labelled `envbridge.dev/host=<id>`,
-/// else the Node named exactly `<id>`, else the single Node whose name starts with `<id>.`.
+/// The Node a task with `machine_id` runs on: the single Node labelled
+/// `envbridge.dev/host=<id>`. A Node without the label (the control plane, another tenant's)
+/// is never a task's node, whatever its name (docs/security.md).
 pub fn resolve<'a, I>(machine_id: &str, nodes: I) -> Result<String, NodeError>
 where
     I: IntoIterator<Item = (&'a str, Option<&'a BTreeMap<String, String>>)> + Clone,
 {
     let labelled: Vec<&str> = nodes
-        .clone()
         .into_iter()
         .filter(|(_, l)| {
             l.and_then(|l| l.get(labels::HOST))
@@ -38,26 +39,12 @@ where
         .map(|(n, _)| n)
         .collect();
     match labelled.as_slice() {
-        [one] => return Ok((*one).to_string()),
-        [] => {}
-        many => return Err(ambiguous(machine_id, "the host label", many)),
-    }
-    if let Some((name, _)) = nodes.clone().into_iter().find(|(n, _)| *n == machine_id) {
-        return Ok(name.to_string());
-    }
-    let prefix = format!("{machine_id}.");
-    let prefixed: Vec<&str> = nodes
-        .into_iter()
-        .filter(|(n, _)| n.starts_with(&prefix))
-        .map(|(n, _)| n)
-        .collect();
-    match prefixed.as_slice() {
         [one] => Ok((*one).to_string()),
         [] => Err(NodeError::NotFound {
             id: machine_id.to_string(),
             label: labels::HOST,
         }),
-        many => Err(ambiguous(machine_id, "the name prefix", many)),
+        many => Err(ambiguous(machine_id, "the host label", many)),
     }
 }
 
@@ -97,32 +84,16 @@ mod tests {
     }
 
     #[test]
-    fn exact_name_then_fqdn_prefix() {
+    fn a_node_without_the_label_is_never_chosen() {
+        // Named like the host (or its FQDN), but not labelled: no task goes there.
         let nodes = [node("flp001", None), node("flp001.cluster.local", None)];
-        assert_eq!(run("flp001", &nodes).unwrap(), "flp001");
-        let nodes = [
-            node("flp002.cluster.local", None),
-            node("flp0021.cluster.local", None),
-        ];
-        assert_eq!(run("flp002", &nodes).unwrap(), "flp002.cluster.local");
-    }
-
-    #[test]
-    fn none_or_several_is_an_error() {
-        let nodes = [
-            node("flp001.a", None),
-            node("flp001.b", None),
-            node("flp003", None),
-        ];
         let err = run("flp001", &nodes).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "machine_id \"flp001\" is ambiguous: the name prefix matches several Nodes (flp001.a, flp001.b)"
-        );
-        let err = run("flp009", &nodes).unwrap_err();
         assert!(matches!(err, NodeError::NotFound { .. }), "{err}");
-        assert!(err.to_string().contains("envbridge.dev/host=flp009"));
+        assert!(err.to_string().contains("envbridge.dev/host=flp001"));
         let nodes = [node("a", Some("h")), node("b", Some("h"))];
-        assert!(matches!(run("h", &nodes), Err(NodeError::Ambiguous { .. })));
+        assert_eq!(
+            run("h", &nodes).unwrap_err().to_string(),
+            "machine_id \"h\" is ambiguous: the host label matches several Nodes (a, b)"
+        );
     }
 }

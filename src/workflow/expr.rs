@@ -453,6 +453,7 @@ fn compile_source(src: &str, dialect: Dialect) -> std::result::Result<Compiled, 
         }
         Err(_) => return Err(format!("expression `{src}` does not parse")),
     };
+    refuse_unbounded(&program).map_err(|m| format!("expression `{src}`: {m}"))?;
     let contextual = scan.funcs.iter().any(|f| {
         matches!(f.as_str(), "Parent" | "Up" | "uid.New" | "NewID")
             || funcs::READS_VARIABLES.contains(&f.as_str())
@@ -468,6 +469,31 @@ fn compile_source(src: &str, dialect: Dialect) -> std::result::Result<Compiled, 
         pure: !contextual,
         shortcut,
     })
+}
+
+/// What the parsed program may not hold, however it was written (spacing, comments, method or
+/// pipe syntax): a predicate (a closure the engine runs per element: `map`, `filter`,
+/// `all`, `existsOne`, ... nest into unbounded work), a range (`a..b` builds the whole list)
+/// or a method call (the anchor's language has none; namespaced functions are rewritten to
+/// plain calls before parsing). The engine keeps its syntax tree private, so the check reads
+/// the tree's debug form, which names every node kind.
+fn refuse_unbounded(program: &Program) -> std::result::Result<(), String> {
+    let tree = format!("{program:?}");
+    for (marker, what) in [
+        (
+            "predicate: Some(",
+            "a predicate (map, filter, all, any, existsOne, ...)",
+        ),
+        ("Range(", "a range (a..b)"),
+        ("Method {", "a method call"),
+    ] {
+        if tree.contains(marker) {
+            return Err(format!(
+                "{what} is not accepted: it can loop or allocate without bound (docs/workflow-language.md, \"Limits\")"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks that `src` is an expression of the given dialect (parses, names known functions).

@@ -15,6 +15,8 @@ mod live;
 mod plane;
 #[path = "daemon/sim.rs"]
 mod sim;
+#[path = "daemon/trust.rs"]
+mod trust;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -397,6 +399,7 @@ async fn destroy_and_recreate_at_once_while_the_old_namespace_terminates() {
         },
         field_manager: "envbridge-daemon-test".into(),
         namespace_gone_timeout: Duration::from_secs(90),
+        caller: fixed_ns("unused").caller,
         ..BridgeConfig::default()
     };
     let d = ns.daemon_with(cfg).await;

@@ -252,13 +252,36 @@ impl Drop for Daemon {
 }
 
 /// Bridge settings for one test namespace.
+/// The variables the tests set beyond `hosts` and public ones: their daemons act as the
+/// site's administrator and allow-list them (docs/security.md).
+pub const TEST_ALLOWED: &[&str] = &[
+    "port_base",
+    "sim_fail_host",
+    "sim_fail_on",
+    "sim_fail_in",
+    "a",
+    "b",
+    "k",
+    "rk",
+    "soft",
+    "detector",
+    "dcs_enabled",
+    "lhc_enabled",
+    "ddsched_enabled",
+    "drop_caches_enabled",
+    "roc_cleanup_enabled",
+];
+
 pub fn fixed_ns(ns: &str) -> BridgeConfig {
+    let mut caller = envbridge::bridge::caller::CallerPolicy::new();
+    caller.allowed = TEST_ALLOWED.iter().map(|v| v.to_string()).collect();
     BridgeConfig {
         namespaces: NamespaceMode::Fixed {
             namespace: ns.to_string(),
         },
         watch_namespace: Some(ns.to_string()),
         field_manager: "envbridge-daemon-test".into(),
+        caller,
         ..BridgeConfig::default()
     }
 }
