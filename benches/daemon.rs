@@ -126,6 +126,7 @@ async fn daemon_role() -> Res {
     let scfg = envbridge::server::ServerConfig {
         grpc_addr: "127.0.0.1:0".parse()?,
         http_addr: "127.0.0.1:0".parse()?,
+        insecure: true,
         ..Default::default()
     };
     let (bound, handle) = envbridge::server::serve(bridge, scfg, stop).await?;

@@ -97,7 +97,12 @@ impl Bridge {
             // The render reports a workflow that does not load, with its location.
             Err(_) => Vec::new(),
         };
-        let problems = caller::check(&self.cfg.caller, &spec.workflow, &declared, &spec.variables);
+        // The site's allow-listed variables are an admin's.
+        let mut policy = self.cfg.caller.clone();
+        if !spec.site_variables {
+            policy.allowed.clear();
+        }
+        let problems = caller::check(&policy, &spec.workflow, &declared, &spec.variables);
         if problems.is_empty() {
             Ok(())
         } else {
@@ -129,7 +134,10 @@ impl Bridge {
             .variables
             .keys()
             .map(String::as_str)
-            .filter(|k| *k != caller::HOSTS && !self.cfg.caller.allowed.contains(*k))
+            .filter(|k| {
+                *k != caller::HOSTS
+                    && !(spec.site_variables && self.cfg.caller.allowed.contains(*k))
+            })
             .collect();
         if !public.is_empty() {
             let mut base = spec.clone();

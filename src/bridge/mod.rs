@@ -3,6 +3,7 @@
 //! Everything here talks to the apiserver; the decisions it acts on live in the pure core
 //! (the roster, the state machine, the render core).
 
+pub mod audit;
 pub mod caller;
 pub mod client;
 pub mod config;
@@ -41,6 +42,8 @@ pub struct CreateSpec {
     pub variables: BTreeMap<String, String>,
     pub idempotency_key: Option<String>,
     pub env_id: Option<String>,
+    /// The caller may set the site's allow-listed variables (an admin).
+    pub site_variables: bool,
 }
 
 /// Ports other live environments hold, per node (render must allocate around them).

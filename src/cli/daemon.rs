@@ -30,9 +30,13 @@ pub struct DaemonArgs {
     /// Bearer token clients must present.
     #[arg(long, env = "ENVBRIDGE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// File holding the bearer token (e.g. a mounted Secret).
+    /// The callers' token file (mode 600): one admin token, or YAML
+    /// `tokens: [{name, role: viewer|operator|admin, token}]` (docs/security.md).
     #[arg(long, env = "ENVBRIDGE_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+    /// Serve without identifying callers: every caller is an admin. Loopback only.
+    #[arg(long, env = "ENVBRIDGE_INSECURE_NO_AUTH")]
+    pub insecure_no_auth: bool,
     #[arg(long, env = "ENVBRIDGE_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
     #[arg(long, env = "ENVBRIDGE_TLS_KEY")]
@@ -321,16 +325,14 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     if let Some(l) = a.metrics_listen.or(f.metrics_listen) {
         s.http_addr = l;
     }
-    s.token = match (a.token, a.token_file.or(f.token_file)) {
-        (Some(t), _) => Some(t),
-        (None, Some(p)) => Some(
-            std::fs::read_to_string(&p)
-                .map_err(|e| format!("token file {}: {e}", p.display()))?
-                .trim()
-                .to_string(),
-        ),
+    s.tokens = match (a.token, a.token_file.or(f.token_file)) {
+        (Some(t), _) => Some(std::sync::Arc::new(
+            server::auth::Tokens::admin(&t).map_err(|e| format!("--token: {e}"))?,
+        )),
+        (None, Some(p)) => Some(std::sync::Arc::new(server::auth::Tokens::load(&p)?)),
         (None, None) => None,
     };
+    s.insecure = a.insecure_no_auth;
     s.tls_cert = a.tls_cert.or(f.tls_cert);
     s.tls_key = a.tls_key.or(f.tls_key);
     s.check().map_err(|e| e.to_string())?;
@@ -549,6 +551,7 @@ mod tests {
         let s = resolve(DaemonArgs {
             config: Some(yaml.clone()),
             no_leader_election: true,
+            insecure_no_auth: true,
             ..Default::default()
         })
         .expect("yaml");
@@ -569,6 +572,7 @@ mod tests {
             deploy_timeout: Some(3),
             transition_timeouts: vec!["START=4".into()],
             no_leader_election: true,
+            insecure_no_auth: true,
             ..Default::default()
         };
         let s = resolve(flags).expect("flags");
@@ -585,6 +589,7 @@ mod tests {
         let s = resolve(DaemonArgs {
             config: Some(toml),
             no_leader_election: true,
+            insecure_no_auth: true,
             ..Default::default()
         })
         .expect("toml");
@@ -611,8 +616,11 @@ mod tests {
         .err()
         .expect("unknown key");
         assert!(e.contains("listn"), "{e}");
+        let e = resolve(DaemonArgs::default()).err().expect("no auth");
+        assert!(e.contains("--insecure-no-auth on loopback only"), "{e}");
         let open = DaemonArgs {
             listen: Some("0.0.0.0:50061".parse().expect("addr")),
+            insecure_no_auth: true,
             ..Default::default()
         };
         let e = resolve(open).err().expect("insecure");

@@ -239,7 +239,15 @@ async fn demo(
         .map_err(|e| format!("the manifests directory {}: {e}", args.manifests.display()))?;
     let flows = manifests.join("control-workflows");
     let site = manifests.join("site/local.yaml");
-    let mut daemon_args = vec!["daemon".to_string(), format!("--listen=127.0.0.1:{port}")];
+    // The demo is the site's administrator: one admin token, in a file only it may read
+    // (never in a URL or a command line).
+    let token_file = run_dir.join("admin.token");
+    let token = write_token(&token_file)?;
+    let mut daemon_args = vec![
+        "daemon".to_string(),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--token-file={}", token_file.display()),
+    ];
     match &foreign {
         None => daemon_args.extend([
             format!("--tasks-dir={}", flows.join("tasks").display()),
@@ -285,7 +293,7 @@ async fn demo(
     )?;
     children.spawn(&exe, "daemon", &daemon_args, &run_dir, &kubeconfig)?;
     say(&format!("logs in {}", run_dir.display()));
-    let api = connect_with_retry(&format!("http://127.0.0.1:{port}"), children).await?;
+    let api = connect_with_retry(&format!("http://127.0.0.1:{port}"), &token, children).await?;
     let api = live.api.insert(api);
     say(&format!("daemon serving on 127.0.0.1:{port}"));
 
@@ -475,10 +483,42 @@ fn describe_failures(reply: &pb::TransitionReply) -> String {
         .join("; ")
 }
 
-async fn connect_with_retry(addr: &str, children: &mut Children) -> Result<Client, String> {
+/// Writes a fresh random admin token to `path` (mode 600) and returns it.
+fn write_token(path: &Path) -> Result<String, String> {
+    use std::io::Write;
+    // Two v4 UUIDs: 244 random bits from the system's generator.
+    let token = format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = f.set_permissions(std::fs::Permissions::from_mode(0o600));
+    }
+    writeln!(f, "{token}").map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(token)
+}
+
+async fn connect_with_retry(
+    addr: &str,
+    token: &str,
+    children: &mut Children,
+) -> Result<Client, String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match connect_to(addr, None, None).await {
+        match connect_to(addr, Some(token), None).await {
             Ok(c) => return Ok(c),
             Err(e) if Instant::now() > deadline => return Err(e),
             Err(_) => {

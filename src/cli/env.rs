@@ -25,6 +25,14 @@ pub struct EnvArgs {
     /// Bearer token for the daemon.
     #[arg(long, global = true, env = "ENVBRIDGE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// File holding the bearer token (its first line), instead of --token.
+    #[arg(
+        long,
+        global = true,
+        env = "ENVBRIDGE_TOKEN_FILE",
+        conflicts_with = "token"
+    )]
+    pub token_file: Option<std::path::PathBuf>,
     /// CA certificate (PEM) to verify the daemon's TLS certificate (https:// addresses).
     #[arg(long, global = true, env = "ENVBRIDGE_CA_CERT")]
     pub ca_cert: Option<std::path::PathBuf>,
@@ -129,7 +137,22 @@ pub(super) type Client =
     EnvBridgeClient<tonic::service::interceptor::InterceptedService<Channel, Auth>>;
 
 async fn connect(a: &EnvArgs) -> Result<Client, String> {
-    connect_to(&a.addr, a.token.as_deref(), a.ca_cert.as_deref()).await
+    let from_file = match &a.token_file {
+        Some(p) => Some(read_token(p)?),
+        None => None,
+    };
+    let token = a.token.as_deref().or(from_file.as_deref());
+    connect_to(&a.addr, token, a.ca_cert.as_deref()).await
+}
+
+/// A client's token file: its first non-empty line.
+pub(super) fn read_token(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| format!("{}: no token in it", path.display()))
 }
 
 /// A daemon client for `addr` (`http://` or `https://`), with an optional bearer token and CA.

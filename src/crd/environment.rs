@@ -107,8 +107,13 @@ pub struct EnvironmentStatus {
     /// `<tasks in the desired state>/<tasks>`, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<String>,
+    /// The failing tasks, critical first; at most 100, each message at most 512 bytes, so
+    /// that a mass failure still fits in one object (`failingCount` says how many in all).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failing_tasks: Vec<FailingTask>,
+    /// How many tasks are failing, listed or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_count: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -6,13 +6,21 @@ use crate::crd::{FailingTask, Task, TransitionPhase, TransitionRequest, Transiti
 use crate::plan::ControlMode;
 use crate::state::State;
 
+/// Failing tasks listed in the status (all are counted).
+pub const FAILING_LISTED: usize = 100;
+/// Longest message of a listed failing task (bytes).
+pub const FAILING_MESSAGE: usize = 512;
+
 /// What the environment's tasks add up to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Aggregate {
     pub state: State,
     pub counts: BTreeMap<State, u32>,
     pub ready: String,
+    /// At most [`FAILING_LISTED`], critical first, messages bounded.
     pub failing_tasks: Vec<FailingTask>,
+    /// How many are failing in all.
+    pub failing_count: usize,
     pub transition: Option<TransitionStatus>,
 }
 
@@ -63,6 +71,7 @@ pub fn aggregate(
         })
         .collect();
     failing_tasks.sort_by(|a, b| (!a.critical, &a.name).cmp(&(!b.critical, &b.name)));
+    let failing_count = failing_tasks.len();
 
     let state = if failing_tasks.iter().any(|f| f.critical) {
         State::Error
@@ -81,11 +90,24 @@ pub fn aggregate(
     };
 
     let transition = transition.map(|req| transition_status(req, tasks, missing));
+    // Bounded: a mass failure still fits in one object (the state is decided above).
+    failing_tasks.truncate(FAILING_LISTED);
+    for f in &mut failing_tasks {
+        if f.message.len() > FAILING_MESSAGE {
+            let mut end = FAILING_MESSAGE;
+            while !f.message.is_char_boundary(end) {
+                end -= 1;
+            }
+            f.message.truncate(end);
+            f.message.push_str("[...]");
+        }
+    }
     Aggregate {
         state,
         counts,
         ready,
         failing_tasks,
+        failing_count,
         transition,
     }
 }
@@ -199,6 +221,28 @@ mod tests {
             event: Event::Configure,
             arguments: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_mass_failure_still_fits_in_one_object() {
+        let tasks: Vec<Task> = (0..2000)
+            .map(|i| {
+                let mut t = task(&format!("t{i:04}"), i % 2 == 0, Some(State::Error), None);
+                t.status.as_mut().unwrap().message = Some("x".repeat(4096));
+                t
+            })
+            .collect();
+        let a = agg(&tasks, 2000, None, State::Running);
+        assert_eq!(a.state, State::Error);
+        assert_eq!(a.failing_count, 2000);
+        assert_eq!(a.failing_tasks.len(), FAILING_LISTED);
+        assert!(
+            a.failing_tasks
+                .iter()
+                .all(|f| f.critical && f.message.len() <= FAILING_MESSAGE + 5)
+        );
+        let bytes = serde_json::to_vec(&a.failing_tasks).unwrap().len();
+        assert!(bytes < 128 * 1024, "{bytes} bytes");
     }
 
     #[test]

@@ -217,6 +217,7 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
     status.counts = agg.counts;
     status.ready = Some(agg.ready);
     status.failing_tasks = agg.failing_tasks;
+    status.failing_count = (agg.failing_count > 0).then_some(agg.failing_count as u32);
     // Once deployed (every task STANDBY, no transition asked yet): the calls after it; and
     // whatever a deployment call said (a critical failure makes the environment ERROR).
     if env.spec.transition.is_none() && agg.state == State::Standby {

@@ -10,8 +10,10 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
+use super::auth::{Caller, Role};
 use super::convert::{self, status};
 use super::pb;
+use crate::bridge::audit::Audit;
 use crate::bridge::transition::TransitionCall;
 use crate::bridge::{Bridge, CreateSpec};
 use crate::roster::{Change, EnvKey, Outcome};
@@ -21,8 +23,47 @@ pub struct Api {
     pub bridge: Arc<Bridge>,
 }
 
+/// The longest wait a call may ask for (a create, a transition, a destroy).
+pub const MAX_WAIT: Duration = Duration::from_secs(900);
+
 fn secs(s: u32) -> Option<Duration> {
-    (s > 0).then(|| Duration::from_secs(u64::from(s)))
+    (s > 0).then(|| Duration::from_secs(u64::from(s)).min(MAX_WAIT))
+}
+
+/// Audits a write: `outcome` is `ok...` or the error.
+async fn audit<T>(
+    bridge: &Bridge,
+    caller: &Caller,
+    action: &str,
+    target: &str,
+    env: Option<(&str, &str)>,
+    result: &Result<T, Status>,
+) {
+    let outcome = match result {
+        Ok(_) => "ok".to_string(),
+        Err(s) => format!("refused: {}", s.message()),
+    };
+    let role = caller.role.to_string();
+    bridge
+        .audit(
+            &Audit {
+                caller: &caller.name,
+                role: &role,
+                action,
+                target,
+                outcome: &outcome,
+            },
+            env,
+        )
+        .await;
+}
+
+/// The environment an id names, for the audit trail (None when it names none).
+fn env_of(bridge: &Bridge, id: &str) -> Option<(String, String)> {
+    bridge
+        .resolve(id)
+        .ok()
+        .map(|e| (e.key.namespace.to_string(), e.key.name.to_string()))
 }
 
 fn opt(s: String) -> Option<String> {
@@ -37,14 +78,31 @@ impl pb::env_bridge_server::EnvBridge for Api {
         &self,
         req: Request<pb::CreateEnvironmentRequest>,
     ) -> Result<Response<pb::CreateEnvironmentReply>, Status> {
+        let caller = Caller::require(&req, Role::Operator, "create environments")?;
         let r = req.into_inner();
+        let target = format!("{} {:?}", r.workflow, r.variables);
         let spec = CreateSpec {
             workflow: r.workflow,
             variables: r.variables.into_iter().collect(),
             idempotency_key: opt(r.idempotency_key),
             env_id: opt(r.env_id),
+            site_variables: caller.role == Role::Admin,
         };
-        let c = self.bridge.create(&spec).await.map_err(status)?;
+        let created = self.bridge.create(&spec).await.map_err(status);
+        let env = created
+            .as_ref()
+            .ok()
+            .map(|c| (c.namespace.clone(), c.name.clone()));
+        audit(
+            &self.bridge,
+            &caller,
+            "create",
+            &target,
+            env.as_ref().map(|(n, m)| (n.as_str(), m.as_str())),
+            &created,
+        )
+        .await;
+        let c = created?;
         let mut reply = pb::CreateEnvironmentReply {
             id: c.id,
             namespace: c.namespace.clone(),
@@ -75,8 +133,9 @@ impl pb::env_bridge_server::EnvBridge for Api {
 
     async fn list_environments(
         &self,
-        _req: Request<pb::ListEnvironmentsRequest>,
+        req: Request<pb::ListEnvironmentsRequest>,
     ) -> Result<Response<pb::ListEnvironmentsReply>, Status> {
+        Caller::require(&req, Role::Viewer, "list environments")?;
         let r = &self.bridge.roster;
         let environments = r
             .envs()
@@ -90,6 +149,7 @@ impl pb::env_bridge_server::EnvBridge for Api {
         &self,
         req: Request<pb::GetEnvironmentRequest>,
     ) -> Result<Response<pb::Environment>, Status> {
+        Caller::require(&req, Role::Viewer, "read environments")?;
         let e = self.bridge.resolve(&req.into_inner().id).map_err(status)?;
         Ok(Response::new(convert::environment(
             &self.bridge.roster,
@@ -102,6 +162,7 @@ impl pb::env_bridge_server::EnvBridge for Api {
         &self,
         req: Request<pb::TransitionRequest>,
     ) -> Result<Response<pb::TransitionReply>, Status> {
+        let caller = Caller::require(&req, Role::Operator, "run transitions")?;
         let r = req.into_inner();
         let event = match r.event.as_str() {
             "" => None,
@@ -118,7 +179,19 @@ impl pb::env_bridge_server::EnvBridge for Api {
             timeout: secs(r.timeout_seconds),
             transition_id: opt(r.transition_id),
         };
-        let res = self.bridge.transition(&call).await.map_err(status)?;
+        let env = env_of(&self.bridge, &call.env);
+        let target = format!("{} {} {:?}", call.env, r.event, call.arguments);
+        let res = self.bridge.transition(&call).await.map_err(status);
+        audit(
+            &self.bridge,
+            &caller,
+            "transition",
+            &target,
+            env.as_ref().map(|(n, m)| (n.as_str(), m.as_str())),
+            &res,
+        )
+        .await;
+        let res = res?;
         let mut reply = pb::TransitionReply {
             transition_id: res.id.clone(),
             event: res.event.to_string(),
@@ -147,7 +220,19 @@ impl pb::env_bridge_server::EnvBridge for Api {
         &self,
         req: Request<pb::DestroyEnvironmentRequest>,
     ) -> Result<Response<pb::DestroyEnvironmentReply>, Status> {
+        let caller = Caller::require(&req, Role::Operator, "destroy environments")?;
         let r = req.into_inner();
+        let env = env_of(&self.bridge, &r.id);
+        // Audited before: the Environment (and its Events) may be gone after.
+        audit(
+            &self.bridge,
+            &caller,
+            "destroy",
+            &r.id,
+            env.as_ref().map(|(n, m)| (n.as_str(), m.as_str())),
+            &Ok::<(), Status>(()),
+        )
+        .await;
         let gone = self
             .bridge
             .destroy(&r.id, r.wait, secs(r.timeout_seconds))
@@ -168,12 +253,24 @@ impl pb::env_bridge_server::EnvBridge for Api {
         &self,
         req: Request<pb::KillTaskRequest>,
     ) -> Result<Response<pb::KillTaskReply>, Status> {
+        let caller = Caller::require(&req, Role::Operator, "kill tasks")?;
         let r = req.into_inner();
+        let env = env_of(&self.bridge, &r.id);
         let gone = self
             .bridge
             .kill_task(&r.id, &r.task, secs(r.timeout_seconds))
             .await
-            .map_err(status)?;
+            .map_err(status);
+        audit(
+            &self.bridge,
+            &caller,
+            "kill",
+            &format!("{} {}", r.id, r.task),
+            env.as_ref().map(|(n, m)| (n.as_str(), m.as_str())),
+            &gone,
+        )
+        .await;
+        let gone = gone?;
         Ok(Response::new(pb::KillTaskReply { gone }))
     }
 
@@ -183,6 +280,7 @@ impl pb::env_bridge_server::EnvBridge for Api {
         &self,
         req: Request<pb::WatchEventsRequest>,
     ) -> Result<Response<EventStream>, Status> {
+        Caller::require(&req, Role::Viewer, "watch events")?;
         let r = req.into_inner();
         let roster = self.bridge.roster.clone();
         let filter = match r.id.as_str() {

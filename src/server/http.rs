@@ -1,4 +1,5 @@
-//! /metrics (Prometheus text format) and /healthz.
+//! /metrics (Prometheus text format), /healthz (liveness: a standby still serves reads) and
+//! /readyz (write traffic: only the leader that has listed the cluster).
 
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ pub fn router(bridge: Arc<Bridge>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .with_state(bridge)
 }
 
@@ -38,6 +40,18 @@ async fn healthz(State(b): State<Arc<Bridge>>) -> impl IntoResponse {
     let synced = b.synced.all();
     let body = serde_json::json!({ "synced": synced, "leader": b.is_leader() }).to_string();
     let code = if synced {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, [(header::CONTENT_TYPE, "application/json")], body)
+}
+
+/// 200 when this replica takes writes: it holds the leader lease and its roster is listed.
+async fn readyz(State(b): State<Arc<Bridge>>) -> impl IntoResponse {
+    let (synced, leader) = (b.synced.all(), b.is_leader());
+    let body = serde_json::json!({ "synced": synced, "leader": leader }).to_string();
+    let code = if synced && leader {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

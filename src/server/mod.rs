@@ -5,7 +5,7 @@
 //! TLS; the daemon refuses to start otherwise.
 
 mod api;
-mod auth;
+pub mod auth;
 pub mod convert;
 mod http;
 pub mod pb;
@@ -25,7 +25,10 @@ use crate::bridge::Bridge;
 pub struct ServerConfig {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
-    pub token: Option<String>,
+    /// The callers' tokens; None only with `insecure` (every caller is then the admin).
+    pub tokens: Option<Arc<auth::Tokens>>,
+    /// `--insecure-no-auth`: no tokens, loopback only.
+    pub insecure: bool,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
 }
@@ -35,7 +38,8 @@ impl Default for ServerConfig {
         ServerConfig {
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 50061)),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
-            token: None,
+            tokens: None,
+            insecure: false,
             tls_cert: None,
             tls_key: None,
         }
@@ -48,6 +52,10 @@ pub enum ServerError {
         "refusing to listen on {0} (beyond loopback) without both a bearer token and TLS (--token, --tls-cert, --tls-key)"
     )]
     Insecure(SocketAddr),
+    #[error(
+        "refusing to start without identified callers: give --token-file FILE (docs/security.md), or --insecure-no-auth on loopback only"
+    )]
+    NoAuth,
     #[error("TLS: {0}")]
     Tls(String),
     #[error("bind {addr}: {source}")]
@@ -63,9 +71,10 @@ pub enum ServerError {
 impl ServerConfig {
     /// The security rule: beyond loopback, a token and TLS are both mandatory.
     pub fn check(&self) -> Result<(), ServerError> {
-        let secured = self.token.as_deref().is_some_and(|t| !t.is_empty())
-            && self.tls_cert.is_some()
-            && self.tls_key.is_some();
+        if self.tokens.is_none() && !self.insecure {
+            return Err(ServerError::NoAuth);
+        }
+        let secured = self.tokens.is_some() && self.tls_cert.is_some() && self.tls_key.is_some();
         if !self.grpc_addr.ip().is_loopback() && !secured {
             return Err(ServerError::Insecure(self.grpc_addr));
         }
@@ -79,6 +88,9 @@ impl ServerConfig {
 }
 
 /// Where the listeners ended up (port 0 picks a free one).
+/// Largest request accepted (a create's variables, a transition's arguments).
+const MAX_MESSAGE: usize = 1024 * 1024;
+
 #[derive(Clone, Copy, Debug)]
 pub struct Bound {
     pub grpc: SocketAddr,
@@ -136,13 +148,27 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| ServerError::Reflection(e.to_string()))?;
-    let svc = pb::env_bridge_server::EnvBridgeServer::with_interceptor(
-        api::Api {
-            bridge: bridge.clone(),
-        },
-        auth::BearerAuth::new(cfg.token.clone().filter(|t| !t.is_empty())),
+    if cfg.tokens.is_none() {
+        tracing::warn!(addr = %bound.grpc, "--insecure-no-auth: every caller of the API is an unauthenticated admin");
+    }
+    let api = pb::env_bridge_server::EnvBridgeServer::new(api::Api {
+        bridge: bridge.clone(),
+    })
+    .max_decoding_message_size(MAX_MESSAGE)
+    .max_encoding_message_size(64 * MAX_MESSAGE);
+    let svc = tonic::service::interceptor::InterceptedService::new(
+        api,
+        auth::BearerAuth::new(cfg.tokens.clone()),
     );
+    // A slow or stuck client cannot exhaust the server: bounded calls per connection and
+    // streams, dead connections found by keepalive, every call bounded in time (waits are
+    // capped below it; WatchEvents' stream is not a call's head and goes on).
     let router = builder
+        .concurrency_limit_per_connection(64)
+        .max_concurrent_streams(Some(256))
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
+        .timeout(api::MAX_WAIT + std::time::Duration::from_secs(60))
         .add_service(health_svc)
         .add_service(reflection)
         .add_service(svc);
@@ -174,10 +200,14 @@ mod tests {
     #[test]
     fn beyond_loopback_needs_token_and_tls() {
         let mut c = ServerConfig::default();
+        assert!(matches!(c.check(), Err(ServerError::NoAuth)));
+        c.insecure = true;
         assert!(c.check().is_ok());
         c.grpc_addr = "0.0.0.0:50061".parse().unwrap();
         assert!(matches!(c.check(), Err(ServerError::Insecure(_))));
-        c.token = Some("t".into());
+        c.tokens = Some(Arc::new(
+            auth::Tokens::admin("a-long-enough-token").unwrap(),
+        ));
         assert!(matches!(c.check(), Err(ServerError::Insecure(_))));
         c.tls_cert = Some("c.pem".into());
         c.tls_key = Some("k.pem".into());

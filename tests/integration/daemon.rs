@@ -732,6 +732,7 @@ async fn a_daemon_killed_mid_transition_rebuilds_its_roster_and_duplicates_nothi
                 "--watch-namespace",
                 &ns.name,
                 "--no-leader-election",
+                "--insecure-no-auth",
             ])
             .args([
                 "--listen",

@@ -211,6 +211,16 @@ pub struct Daemon {
 
 impl Daemon {
     pub async fn start(client: Client, cfg: BridgeConfig, renderer: Renderer) -> Daemon {
+        Daemon::start_with_tokens(client, cfg, renderer, None).await
+    }
+
+    /// A daemon that identifies its callers by `tokens` (None: an unauthenticated admin).
+    pub async fn start_with_tokens(
+        client: Client,
+        cfg: BridgeConfig,
+        renderer: Renderer,
+        tokens: Option<Arc<envbridge::server::auth::Tokens>>,
+    ) -> Daemon {
         let bridge = Bridge::new(client, cfg, Metrics::new(), renderer);
         let stop = CancellationToken::new();
         {
@@ -218,9 +228,13 @@ impl Daemon {
             let stop = stop.clone();
             tokio::spawn(async move { b.run_watches(stop).await });
         }
+        // The tests act as the site's administrator (an unauthenticated admin on loopback);
+        // `daemon::trust` runs daemons with tokens and roles.
         let scfg = ServerConfig {
             grpc_addr: "127.0.0.1:0".parse().expect("addr"),
             http_addr: "127.0.0.1:0".parse().expect("addr"),
+            insecure: tokens.is_none(),
+            tokens,
             ..ServerConfig::default()
         };
         let (bound, _h) = server::serve(bridge.clone(), scfg, stop.clone())

@@ -213,3 +213,134 @@ async fn public_variables_never_change_a_command_nor_smuggle_shell_syntax() {
     let gone = fixture::destroy(&mut api, &c.id, 60).await;
     assert!(gone.gone, "{}", gone.message);
 }
+
+/// A client that presents `token`.
+async fn client_as(
+    d: &Daemon,
+    token: &str,
+) -> pb::env_bridge_client::EnvBridgeClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        impl tonic::service::Interceptor + use<>,
+    >,
+> {
+    let ch = tonic::transport::Channel::from_shared(format!("http://{}", d.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let header: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
+    pb::env_bridge_client::EnvBridgeClient::with_interceptor(ch, move |mut r: tonic::Request<()>| {
+        r.metadata_mut().insert("authorization", header.clone());
+        Ok(r)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_are_identified_their_roles_hold_and_writes_are_audited() {
+    use envbridge::server::auth::Tokens;
+    let ns = Setup::shared("daemon-trust-roles").await;
+    let tokens = Tokens::parse(
+        "tokens:\n  - {name: vera, role: viewer, token: vera-token-0123456789}\n  - {name: otto, role: operator, token: otto-token-0123456789}\n  - {name: ada, role: admin, token: ada-token-01234567890}\n",
+        "test",
+    )
+    .unwrap();
+    let cfg = fixed_ns(&ns.name);
+    let renderer = fixture::test_renderer(&ns.tpl.prefix);
+    let d = Daemon::start_with_tokens(
+        ns.client.clone(),
+        cfg,
+        renderer,
+        Some(std::sync::Arc::new(tokens)),
+    )
+    .await;
+    let create = |port: &str| pb::CreateEnvironmentRequest {
+        workflow: "readout-dataflow".into(),
+        variables: [
+            ("hosts".to_string(), "flp001".to_string()),
+            ("port_base".to_string(), port.to_string()),
+        ]
+        .into(),
+        wait: false,
+        ..Default::default()
+    };
+
+    // No token, a wrong token: unauthenticated, for reads and writes alike.
+    let mut anon = d.client().await;
+    let e = anon
+        .list_environments(pb::ListEnvironmentsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+    let mut wrong = client_as(&d, "not-a-token-of-anyone").await;
+    let e = wrong.create_environment(create("48600")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+
+    // A viewer reads, never writes.
+    let mut vera = client_as(&d, "vera-token-0123456789").await;
+    assert!(
+        vera.list_environments(pb::ListEnvironmentsRequest::default())
+            .await
+            .is_ok()
+    );
+    let e = vera.create_environment(create("48600")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(
+        e.message()
+            .contains("vera (viewer) may not create environments")
+    );
+
+    // An operator creates, but a site-only (allow-listed) variable is an admin's.
+    let mut otto = client_as(&d, "otto-token-0123456789").await;
+    let e = otto.create_environment(create("48600")).await.unwrap_err();
+    assert!(
+        e.message().contains("variable port_base may not be set"),
+        "{}",
+        e.message()
+    );
+    nothing_written(&ns).await;
+    let mut ada = client_as(&d, "ada-token-01234567890").await;
+    let c = ada
+        .create_environment(create("48600"))
+        .await
+        .expect("admin")
+        .into_inner();
+    assert!(c.created);
+
+    // Every write is audited: on the Environment, as an Event naming who and what.
+    let events: Api<k8s_openapi::api::events::v1::Event> = ns.api();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let list = events.list(&Default::default()).await.unwrap();
+        let audit = list.items.iter().find(|e| {
+            e.reason.as_deref() == Some("Audit")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("ada (admin) create"))
+        });
+        if audit.is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no audit event for ada's create");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let e = vera
+        .destroy_environment(pb::DestroyEnvironmentRequest {
+            id: c.id.clone(),
+            wait: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    let gone = otto
+        .destroy_environment(pb::DestroyEnvironmentRequest {
+            id: c.id.clone(),
+            wait: true,
+            timeout_seconds: 60,
+        })
+        .await
+        .expect("operator destroys")
+        .into_inner();
+    assert!(gone.gone, "{}", gone.message);
+}
