@@ -12,6 +12,7 @@ pub mod config_store;
 pub mod convert;
 pub mod deploy;
 pub mod error;
+pub mod go_error;
 pub mod kill;
 pub mod leader;
 pub mod metrics;
@@ -104,17 +105,18 @@ impl Bridge {
         }
     }
 
-    /// Runs the watches that feed the roster until `stop` is cancelled.
+    /// Runs the watches that feed the roster, and what follows from them (the automatic
+    /// GO_ERROR of an environment whose critical task failed while RUNNING), until `stop`.
     pub async fn run_watches(self: &Arc<Self>, stop: tokio_util::sync::CancellationToken) {
-        watch::run(
+        let watches = watch::run(
             self.client.clone(),
             self.cfg.watch_namespace.as_deref(),
             self.roster.clone(),
             self.metrics.clone(),
             self.synced.clone(),
-            stop,
-        )
-        .await
+            stop.clone(),
+        );
+        futures::join!(watches, self.run_go_error(stop));
     }
 
     /// Waits until both watches have listed once (the roster is a true view).

@@ -632,7 +632,39 @@ async fn transition(
         phase,
         message,
     };
-    if from == target && req.event != Event::GoError {
+    if req.event == Event::GoError {
+        // The anchor's GO_ERROR: the environment goes to ERROR; a task still RUNNING is
+        // stopped (STOP with the STOP keys), the others keep their state. No process knows
+        // GO_ERROR itself.
+        if from != State::Running {
+            st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
+            return;
+        }
+        let (true, Some((ep, live))) = (protocol, ep) else {
+            st.state = Some(State::Configured);
+            st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
+            return;
+        };
+        let args = transition_args::go_error_stop(&req.arguments);
+        let uid = task.uid().unwrap_or_default();
+        let result = {
+            let _call = live.calling(&uid);
+            control_api::transition(ep, from, Event::Stop, &args, deadline).await
+        };
+        match result {
+            Ok(reached) => {
+                st.state = Some(reached);
+                st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
+            }
+            Err(e) => {
+                let msg = format!("GO_ERROR: STOP failed: {e}");
+                fail(st, task, msg.clone());
+                st.transition = Some(done(TransitionPhase::Failed, msg));
+            }
+        }
+        return;
+    }
+    if from == target {
         st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
         return;
     }

@@ -107,6 +107,20 @@ pub fn arguments(
     out.into_iter().collect()
 }
 
+/// The STOP a GO_ERROR sends to a task still RUNNING: the STOP keys given, snake_case only,
+/// as the anchor's forced STOP carries them.
+pub fn go_error_stop(given: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    STOP_KEYS
+        .iter()
+        .filter_map(|k| {
+            given
+                .get(*k)
+                .or_else(|| given.get(&lower_camel(k)))
+                .map(|v| ((*k).to_string(), v.clone()))
+        })
+        .collect()
+}
+
 /// Moves each of `keys` set in `rest` (in either spelling) to `out`, in both spellings.
 fn both_spellings(
     out: &mut BTreeMap<String, String>,
@@ -185,6 +199,16 @@ mod tests {
         assert_eq!(get(&a, "fill_info_fill_number"), Some("42"));
         assert_eq!(get(&a, "runEndTimeMs"), Some("99"));
         assert!(arguments(Event::Stop, &t, &BTreeMap::new()).is_empty());
+    }
+
+    #[test]
+    fn go_error_stops_with_the_stop_keys_in_snake_case_only() {
+        let a = go_error_stop(&given(&[
+            ("runEndTimeMs", "5"),
+            ("run_number", "7"),
+            ("k", "v"),
+        ]));
+        assert_eq!(a, vec![("run_end_time_ms".to_string(), "5".to_string())]);
     }
 
     #[test]

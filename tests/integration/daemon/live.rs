@@ -217,6 +217,56 @@ async fn failures_between_transitions_reach_the_environment_and_watch_events() {
     assert!(why.contains("RUNNING"), "{why}");
     watch_sees_error(&mut events, &stfb_name).await;
 
+    // The anchor's way out: the daemon requests GO_ERROR by itself; the tasks still RUNNING
+    // are stopped (STOP), the failed one stays ERROR, the environment stays ERROR.
+    let envs: Api<envbridge::crd::Environment> = Api::namespaced(ns.client.clone(), &ns.name);
+    let started = Instant::now();
+    loop {
+        let all = tasks.list(&Default::default()).await.expect("tasks");
+        let mine: Vec<&Task> = all
+            .items
+            .iter()
+            .filter(|t| t.spec.environment.ends_with(&self_id))
+            .collect();
+        let go_error = envs
+            .list(&Default::default())
+            .await
+            .expect("environments")
+            .items
+            .iter()
+            .any(|e| {
+                e.spec.id == self_id
+                    && e.spec
+                        .transition
+                        .as_ref()
+                        .is_some_and(|t| t.event == envbridge::state::Event::GoError)
+            });
+        let stopped = mine.iter().all(|t| {
+            let st = t.status.as_ref().and_then(|s| s.state);
+            if t.metadata.name.as_deref() == Some(stfb_name.as_str()) {
+                st == Some(envbridge::state::State::Error)
+            } else {
+                st == Some(envbridge::state::State::Configured)
+            }
+        });
+        if go_error && stopped && !mine.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < SEEN_WITHIN,
+            "no GO_ERROR, or tasks not stopped: go_error {go_error}, states {:?}",
+            mine.iter()
+                .map(|t| (
+                    t.metadata.name.clone(),
+                    t.status.as_ref().and_then(|s| s.state)
+                ))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let env = fixture::get(&mut api, &self_id).await;
+    assert_eq!(env.state, "ERROR");
+
     // The readout process (direct mode) on flp002 of the other environment is killed.
     let readout = named(&kill_id, "readout");
     let ip = readout
