@@ -58,6 +58,9 @@ pub struct BridgeConfig {
     pub caller: super::caller::CallerPolicy,
     /// How long one render may take (it runs off the async runtime; a runaway is an error).
     pub render_deadline: Duration,
+    /// A TaskSet without its Environment this old is swept (a create crashed between its
+    /// writes).
+    pub orphan_grace: Duration,
 }
 
 impl Default for BridgeConfig {
@@ -89,6 +92,7 @@ impl Default for BridgeConfig {
             templates: None,
             caller: super::caller::CallerPolicy::new(),
             render_deadline: Duration::from_secs(10),
+            orphan_grace: Duration::from_secs(120),
         }
     }
 }

@@ -82,7 +82,12 @@ impl Bridge {
             return Ok(created_from(&existing, &ns, false));
         }
         let key = EnvKey::new(&ns, &name);
-        let taken = self.taken_ports(Some(&key));
+        // The roster's ports, and those of every TaskSet in the cluster: an environment whose
+        // Tasks the operator has not written (it may be down) holds its ports all the same.
+        let mut taken = self.taken_ports(Some(&key));
+        for (node, ports) in self.task_set_ports(&key).await? {
+            taken.entry(node).or_default().extend(ports);
+        }
         let objs = self.render_bounded(spec, &id, &taken).await?;
         self.check_caller_render(spec, &id, &taken, &objs).await?;
         self.apply(objs, &ns, &taken).await

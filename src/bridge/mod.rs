@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod namespace;
 pub mod objects;
 pub mod render;
+pub mod sweep;
 pub mod transition;
 pub mod validate;
 pub mod watch;
@@ -106,7 +107,8 @@ impl Bridge {
     }
 
     /// Runs the watches that feed the roster, and what follows from them (the automatic
-    /// GO_ERROR of an environment whose critical task failed while RUNNING), until `stop`.
+    /// GO_ERROR of an environment whose critical task failed while RUNNING; the sweep of
+    /// TaskSets a crashed create left), until `stop`.
     pub async fn run_watches(self: &Arc<Self>, stop: tokio_util::sync::CancellationToken) {
         let watches = watch::run(
             self.client.clone(),
@@ -116,7 +118,11 @@ impl Bridge {
             self.synced.clone(),
             stop.clone(),
         );
-        futures::join!(watches, self.run_go_error(stop));
+        futures::join!(
+            watches,
+            self.run_go_error(stop.clone()),
+            self.run_sweeps(stop)
+        );
     }
 
     /// Waits until both watches have listed once (the roster is a true view).

@@ -344,3 +344,103 @@ async fn callers_are_identified_their_roles_hold_and_writes_are_audited() {
         .into_inner();
     assert!(gone.gone, "{}", gone.message);
 }
+
+/// The control ports each node holds in the environment `env`'s TaskSets.
+async fn ports_of(ns: &Setup, env: &str) -> std::collections::BTreeMap<String, Vec<u16>> {
+    let sets: Api<TaskSet> = ns.api();
+    let mut out: std::collections::BTreeMap<String, Vec<u16>> = Default::default();
+    for s in sets.list(&Default::default()).await.unwrap().items {
+        if s.spec.environment.ends_with(env) {
+            for t in &s.spec.tasks {
+                out.entry(t.node.clone()).or_default().push(t.control_port);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ports_stay_disjoint_across_a_daemon_restart_while_the_operator_is_stopped() {
+    let ns = Setup::shared("daemon-ports-restart").await;
+    // No operator runs here: no Task is ever written, the roster shows none.
+    let create = |id: &str| pb::CreateEnvironmentRequest {
+        workflow: "readout-dataflow".into(),
+        variables: [
+            ("hosts".to_string(), "flp001,flp002".to_string()),
+            ("port_base".to_string(), "48700".to_string()),
+        ]
+        .into(),
+        env_id: id.into(),
+        wait: false,
+        ..Default::default()
+    };
+    {
+        let first = ns.daemon().await;
+        let mut api = first.client().await;
+        api.create_environment(create("pra"))
+            .await
+            .expect("first create");
+    }
+    // A new daemon: its roster has the Environment but no Task, and no reservation of its own.
+    let second = ns.daemon().await;
+    let mut api = second.client().await;
+    api.create_environment(create("prb"))
+        .await
+        .expect("second create");
+    let (a, b) = (ports_of(&ns, "pra").await, ports_of(&ns, "prb").await);
+    assert!(!a.is_empty() && !b.is_empty());
+    for (node, ports) in &a {
+        let other = b.get(node).cloned().unwrap_or_default();
+        assert!(
+            ports.iter().all(|p| !other.contains(p)),
+            "{node}: {ports:?} and {other:?} overlap"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_sets_a_crashed_create_left_are_swept() {
+    let ns = Setup::shared("daemon-sweep").await;
+    // What a daemon killed between its TaskSet writes and its Environment write leaves.
+    let objs = fixture::readout_dataflow(
+        "orphan",
+        &ns.tpl.prefix,
+        &fixture::hosts(2),
+        48800,
+        &Default::default(),
+    );
+    let sets: Api<TaskSet> = ns.api();
+    let pp = kube::api::PatchParams::apply("envbridge-daemon-test").force();
+    for mut ts in objs.task_sets {
+        ts.metadata.namespace = Some(ns.name.clone());
+        let name = ts.metadata.name.clone().unwrap();
+        sets.patch(&name, &pp, &kube::api::Patch::Apply(&ts))
+            .await
+            .expect("write a TaskSet");
+    }
+    assert!(
+        !sets
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let mut cfg = fixed_ns(&ns.name);
+    cfg.orphan_grace = Duration::ZERO;
+    let _d = ns.daemon_with(cfg).await;
+    let started = Instant::now();
+    while !sets
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the orphaned TaskSets are still there"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
