@@ -444,3 +444,116 @@ async fn task_sets_a_crashed_create_left_are_swept() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// manifests/deploy/admission-policy.yaml on the local apiserver: a privileged TaskTemplate is
+/// refused in a namespace without `envbridge.dev/privileged=allowed`, accepted in one with it.
+/// The binding here is this test's own (its namespaces only), so other tests are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admission_policy_keeps_privileged_templates_in_allowed_namespaces() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kube::api::{Patch, PatchParams, PostParams};
+    let ns = Setup::shared("daemon-admission").await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/deploy");
+    fixture::apply_manifest(&ns.client, &root.join("admission-policy.yaml")).await;
+    let tag = ns.name.clone();
+    let privileged = format!("{}-readout", ns.tpl.prefix);
+    let pp = PatchParams::apply("envbridge-tests").force();
+    // The parameter: this test's privileged template.
+    let cms: Api<ConfigMap> = ns.api();
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "privileged-templates"},
+        "data": {privileged.clone(): ""}
+    }))
+    .unwrap();
+    cms.patch("privileged-templates", &pp, &Patch::Apply(&cm))
+        .await
+        .unwrap();
+    // Two namespaces of this test: one allowed, one not.
+    let nss: Api<Namespace> = Api::all(ns.client.clone());
+    let make = |name: String, allowed: bool| {
+        let mut labels = serde_json::json!({"envbridge.dev/admission-test": tag.clone()});
+        if allowed {
+            labels["envbridge.dev/privileged"] = "allowed".into();
+        }
+        serde_json::from_value::<Namespace>(serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": labels}
+        }))
+        .unwrap()
+    };
+    let (plain, allowed) = (format!("{tag}-plain"), format!("{tag}-allowed"));
+    for (n, a) in [(&plain, false), (&allowed, true)] {
+        nss.create(&PostParams::default(), &make(n.clone(), a))
+            .await
+            .unwrap();
+    }
+    let binding = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": tag.clone()},
+        "spec": {
+            "policyName": "envbridge-privileged-templates",
+            "validationActions": ["Deny"],
+            "paramRef": {"name": "privileged-templates", "namespace": ns.name.clone(),
+                         "parameterNotFoundAction": "Deny"},
+            "matchResources": {"namespaceSelector": {"matchLabels": {"envbridge.dev/admission-test": tag.clone()}}}
+        }
+    });
+    let ar = kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+    ));
+    let bindings: Api<kube::api::DynamicObject> = Api::all_with(ns.client.clone(), &ar);
+    bindings
+        .patch(&tag, &pp, &Patch::Apply(&binding))
+        .await
+        .expect("binding");
+
+    let task_set = |namespace: &str| -> TaskSet {
+        let mut objs = fixture::readout_dataflow(
+            "adm",
+            &ns.tpl.prefix,
+            &fixture::hosts(1),
+            48900,
+            &Default::default(),
+        );
+        let mut ts = objs.task_sets.remove(0);
+        ts.metadata.namespace = Some(namespace.to_string());
+        ts
+    };
+    // The binding takes a moment to be enforced: retry the refusal for a while.
+    let started = Instant::now();
+    let denied = loop {
+        let api: Api<TaskSet> = Api::namespaced(ns.client.clone(), &plain);
+        let ts = task_set(&plain);
+        let name = ts.metadata.name.clone().unwrap();
+        match api.patch(&name, &pp, &Patch::Apply(&ts)).await {
+            Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => break e.message,
+            Ok(_) => {
+                let _ = api.delete(&name, &Default::default()).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the policy never refused"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(denied.contains(&privileged), "{denied}");
+    assert!(
+        denied.contains("envbridge.dev/privileged=allowed"),
+        "{denied}"
+    );
+    let api: Api<TaskSet> = Api::namespaced(ns.client.clone(), &allowed);
+    let ts = task_set(&allowed);
+    api.patch(&ts.metadata.name.clone().unwrap(), &pp, &Patch::Apply(&ts))
+        .await
+        .expect("allowed namespace");
+    let _ = bindings.delete(&tag, &Default::default()).await;
+    for n in [&plain, &allowed] {
+        let _ = nss.delete(n, &Default::default()).await;
+    }
+}
