@@ -58,6 +58,9 @@ pub struct BridgeConfig {
     pub caller: super::caller::CallerPolicy,
     /// How long one render may take (it runs off the async runtime; a runaway is an error).
     pub render_deadline: Duration,
+    /// The operator's ServiceAccount (namespace, name): granted the workloads role in every
+    /// namespace environments go to (None: the site grants it otherwise).
+    pub operator_account: Option<(String, String)>,
     /// A TaskSet without its Environment this old is swept (a create crashed between its
     /// writes).
     pub orphan_grace: Duration,
@@ -93,6 +96,7 @@ impl Default for BridgeConfig {
             caller: super::caller::CallerPolicy::new(),
             render_deadline: Duration::from_secs(10),
             orphan_grace: Duration::from_secs(120),
+            operator_account: Some(("envbridge-system".into(), "envbridge-operator".into())),
         }
     }
 }

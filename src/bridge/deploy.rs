@@ -219,6 +219,7 @@ impl Bridge {
         } else {
             namespace::ensure_exists(&self.client, ns).await?;
         }
+        namespace::grant_operator(&self.client, &self.cfg, ns).await?;
         objs.place(ns);
         let pp = PatchParams::apply(&self.cfg.field_manager).force();
         let sets: Api<TaskSet> = Api::namespaced(self.client.clone(), ns);

@@ -136,9 +136,18 @@ pub async fn delete(client: &kube::Client, name: &str, env_name: &str) -> Result
         .map_err(BridgeError::kube(format!("get namespace {name}")))?
     {
         Some(ns) if ours(&ns, env_name) && !terminating(&ns) => {
-            match api.delete(name, &DeleteParams::background()).await {
+            // Exactly the namespace that was checked: a namespace re-created under the same
+            // name in between (someone else's) has another uid and is not deleted.
+            let mut dp = DeleteParams::background();
+            dp.preconditions = Some(kube::api::Preconditions {
+                uid: ns.metadata.uid.clone(),
+                resource_version: None,
+            });
+            match api.delete(name, &dp).await {
                 Ok(_) => Ok(()),
                 Err(e) if is_not_found(&e) => Ok(()),
+                // The uid precondition failed: not the namespace that was checked.
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
                 Err(e) => Err(BridgeError::kube(format!("delete namespace {name}"))(e)),
             }
         }
@@ -172,5 +181,55 @@ pub async fn ensure_exists(client: &kube::Client, name: &str) -> Result<()> {
         Ok(_) => Ok(()),
         Err(e) if is_conflict(&e) => Ok(()),
         Err(e) => Err(BridgeError::kube(format!("create namespace {name}"))(e)),
+    }
+}
+
+/// The ClusterRole that lets the operator write pods and services, granted per namespace.
+pub const WORKLOADS_ROLE: &str = "envbridge-operator-workloads";
+
+/// Grants the operator's ServiceAccount the workloads role in `ns` (a RoleBinding, applied):
+/// the operator writes pods and services only where envbridge puts environments. A refusal
+/// (the daemon may not bind the role) is logged: a site may grant it otherwise.
+pub async fn grant_operator(client: &kube::Client, cfg: &BridgeConfig, ns: &str) -> Result<()> {
+    use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+    let Some((sa_ns, sa)) = &cfg.operator_account else {
+        return Ok(());
+    };
+    let rb = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(WORKLOADS_ROLE.to_string()),
+            namespace: Some(ns.to_string()),
+            labels: Some(BTreeMap::from([(
+                labels::MANAGED_BY.to_string(),
+                labels::MANAGER.to_string(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: WORKLOADS_ROLE.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: sa.clone(),
+            namespace: Some(sa_ns.clone()),
+            ..Subject::default()
+        }]),
+    };
+    let api: Api<RoleBinding> = Api::namespaced(client.clone(), ns);
+    let pp = kube::api::PatchParams::apply(&cfg.field_manager).force();
+    match api
+        .patch(WORKLOADS_ROLE, &pp, &kube::api::Patch::Apply(&rb))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            tracing::warn!(namespace = ns, reason = %s.message, "could not grant the operator the workloads role here");
+            Ok(())
+        }
+        Err(e) => Err(BridgeError::kube(format!(
+            "apply RoleBinding {ns}/{WORKLOADS_ROLE}"
+        ))(e)),
     }
 }

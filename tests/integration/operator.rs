@@ -79,6 +79,9 @@ async fn fixture(test: &str) -> Res<Fixture> {
     }
     let tns = TestNamespace::new(&format!("op-{test}")).await;
     install(&tns.client).await?;
+    // What the daemon does where it puts environments: the operator may write workloads here.
+    let cfg = envbridge::bridge::BridgeConfig::default();
+    envbridge::bridge::namespace::grant_operator(&tns.client, &cfg, &tns.name).await?;
     Ok(Fixture {
         admin: tns.client.clone(),
         ns: tns.name.clone(),
@@ -1016,5 +1019,35 @@ async fn direct_and_fairmq_tasks_are_driven_over_the_control_protocol() -> Res {
     destroy_all(&fx).await?;
     op.stop().await?;
     sims.stop().await;
+    finish(fx).await
+}
+
+/// The operator's ServiceAccount writes pods only where the workloads role is bound.
+#[tokio::test]
+async fn the_operator_writes_pods_only_where_environments_live() -> Res {
+    let fx = fixture("rbac-scope").await?;
+    let other = TestNamespace::new("op-unmanaged").await;
+    let op = operator_client(&fx.kubeconfig).await?;
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "probe"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }))?;
+    let denied = Api::<Pod>::namespaced(op.clone(), &other.name)
+        .create(&Default::default(), &pod)
+        .await
+        .expect_err("a pod in an unmanaged namespace");
+    assert!(
+        matches!(denied, kube::Error::Api(ref s) if s.code == 403),
+        "{denied}"
+    );
+    // Reading is allowed everywhere (its watches are label-selected, cluster-wide).
+    Api::<Pod>::namespaced(op.clone(), &other.name)
+        .list(&ListParams::default())
+        .await?;
+    let made = Api::<Pod>::namespaced(op, &fx.ns)
+        .create(&Default::default(), &pod)
+        .await?;
+    assert_eq!(made.name_any(), "probe");
     finish(fx).await
 }

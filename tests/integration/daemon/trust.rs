@@ -447,28 +447,59 @@ async fn task_sets_a_crashed_create_left_are_swept() {
 
 /// manifests/deploy/admission-policy.yaml on the local apiserver: a privileged TaskTemplate is
 /// refused in a namespace without `envbridge.dev/privileged=allowed`, accepted in one with it.
-/// The binding here is this test's own (its namespaces only), so other tests are untouched.
+/// A copy of the policy under this test's name, listing this test's template, with a binding
+/// scoped to the test's own namespaces: other tests are untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admission_policy_keeps_privileged_templates_in_allowed_namespaces() {
-    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-    use kube::api::{Patch, PatchParams, PostParams};
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
     let ns = Setup::shared("daemon-admission").await;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/deploy");
-    fixture::apply_manifest(&ns.client, &root.join("admission-policy.yaml")).await;
     let tag = ns.name.clone();
     let privileged = format!("{}-readout", ns.tpl.prefix);
     let pp = PatchParams::apply("envbridge-tests").force();
-    // The parameter: this test's privileged template.
-    let cms: Api<ConfigMap> = ns.api();
-    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "privileged-templates"},
-        "data": {privileged.clone(): ""}
-    }))
-    .unwrap();
-    cms.patch("privileged-templates", &pp, &Patch::Apply(&cm))
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("manifests/deploy/admission-policy.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text
+        .replace(
+            "name: envbridge-privileged-templates",
+            &format!("name: {tag}"),
+        )
+        .replace("['readout',", &format!("['{privileged}', 'readout',"));
+    assert!(
+        text.contains(&privileged),
+        "the policy's template list moved"
+    );
+    let policy: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let gvk = |kind: &str| {
+        kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            kind,
+        ))
+    };
+    let policies: Api<DynamicObject> =
+        Api::all_with(ns.client.clone(), &gvk("ValidatingAdmissionPolicy"));
+    policies
+        .patch(&tag, &pp, &Patch::Apply(&policy))
         .await
-        .unwrap();
+        .expect("policy");
+    let bindings: Api<DynamicObject> =
+        Api::all_with(ns.client.clone(), &gvk("ValidatingAdmissionPolicyBinding"));
+    let binding = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": tag.clone()},
+        "spec": {
+            "policyName": tag.clone(),
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"envbridge.dev/admission-test": tag.clone()}}}
+        }
+    });
+    bindings
+        .patch(&tag, &pp, &Patch::Apply(&binding))
+        .await
+        .expect("binding");
     // Two namespaces of this test: one allowed, one not.
     let nss: Api<Namespace> = Api::all(ns.client.clone());
     let make = |name: String, allowed: bool| {
@@ -488,29 +519,6 @@ async fn the_admission_policy_keeps_privileged_templates_in_allowed_namespaces()
             .await
             .unwrap();
     }
-    let binding = serde_json::json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": tag.clone()},
-        "spec": {
-            "policyName": "envbridge-privileged-templates",
-            "validationActions": ["Deny"],
-            "paramRef": {"name": "privileged-templates", "namespace": ns.name.clone(),
-                         "parameterNotFoundAction": "Deny"},
-            "matchResources": {"namespaceSelector": {"matchLabels": {"envbridge.dev/admission-test": tag.clone()}}}
-        }
-    });
-    let ar = kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-        "admissionregistration.k8s.io",
-        "v1",
-        "ValidatingAdmissionPolicyBinding",
-    ));
-    let bindings: Api<kube::api::DynamicObject> = Api::all_with(ns.client.clone(), &ar);
-    bindings
-        .patch(&tag, &pp, &Patch::Apply(&binding))
-        .await
-        .expect("binding");
-
     let task_set = |namespace: &str| -> TaskSet {
         let mut objs = fixture::readout_dataflow(
             "adm",
@@ -523,7 +531,7 @@ async fn the_admission_policy_keeps_privileged_templates_in_allowed_namespaces()
         ts.metadata.namespace = Some(namespace.to_string());
         ts
     };
-    // The binding takes a moment to be enforced: retry the refusal for a while.
+    // A new policy takes a moment to be enforced: retry until it refuses.
     let started = Instant::now();
     let denied = loop {
         let api: Api<TaskSet> = Api::namespaced(ns.client.clone(), &plain);
@@ -537,7 +545,7 @@ async fn the_admission_policy_keeps_privileged_templates_in_allowed_namespaces()
             Err(e) => panic!("{e}"),
         }
         assert!(
-            started.elapsed() < Duration::from_secs(30),
+            started.elapsed() < Duration::from_secs(60),
             "the policy never refused"
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -551,8 +559,9 @@ async fn the_admission_policy_keeps_privileged_templates_in_allowed_namespaces()
     let ts = task_set(&allowed);
     api.patch(&ts.metadata.name.clone().unwrap(), &pp, &Patch::Apply(&ts))
         .await
-        .expect("allowed namespace");
+        .expect("a privileged template in the allowed namespace");
     let _ = bindings.delete(&tag, &Default::default()).await;
+    let _ = policies.delete(&tag, &Default::default()).await;
     for n in [&plain, &allowed] {
         let _ = nss.delete(n, &Default::default()).await;
     }
