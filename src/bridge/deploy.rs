@@ -215,7 +215,8 @@ impl Bridge {
             return Err(BridgeError::Invalid(problems));
         }
         if self.cfg.per_env_namespace() {
-            namespace::prepare(&self.client, &self.cfg, ns, &name).await?;
+            let level = namespace::pod_security_level(templates.values().flatten());
+            namespace::prepare(&self.client, &self.cfg, ns, &name, level).await?;
         } else {
             namespace::ensure_exists(&self.client, ns).await?;
         }

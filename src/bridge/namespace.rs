@@ -37,6 +37,7 @@ pub async fn prepare(
     cfg: &BridgeConfig,
     name: &str,
     env_name: &str,
+    pod_security: &str,
 ) -> Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
     let err = |message: String| BridgeError::Namespace {
@@ -75,6 +76,8 @@ pub async fn prepare(
                 labels: Some(BTreeMap::from([
                     (labels::MANAGED_BY.to_string(), labels::MANAGER.to_string()),
                     (labels::ENVIRONMENT.to_string(), env_name.to_string()),
+                    // Pod Security admission: exactly what the environment's templates need.
+                    (PSA_ENFORCE.to_string(), pod_security.to_string()),
                 ])),
                 ..ObjectMeta::default()
             },
@@ -231,5 +234,44 @@ pub async fn grant_operator(client: &kube::Client, cfg: &BridgeConfig, ns: &str)
         Err(e) => Err(BridgeError::kube(format!(
             "apply RoleBinding {ns}/{WORKLOADS_ROLE}"
         ))(e)),
+    }
+}
+
+/// Pod Security admission's enforcement label.
+pub const PSA_ENFORCE: &str = "pod-security.kubernetes.io/enforce";
+
+/// The Pod Security level a set of TaskTemplates needs: `privileged` when one uses the host's
+/// network, IPC or PID namespaces, host paths or privileged containers; else `baseline`.
+pub fn pod_security_level<'a>(
+    templates: impl IntoIterator<Item = &'a crate::crd::TaskTemplateSpec>,
+) -> &'static str {
+    let privileged = templates.into_iter().any(|t| {
+        let p = &t.pod;
+        p.host_network == Some(true)
+            || p.host_ipc == Some(true)
+            || p.host_pid == Some(true)
+            || p.volumes.iter().flatten().any(|v| v.host_path.is_some())
+            || p.containers
+                .iter()
+                .chain(p.init_containers.iter().flatten())
+                .any(|c| {
+                    c.security_context
+                        .as_ref()
+                        .is_some_and(|s| s.privileged == Some(true))
+                })
+    });
+    if privileged { "privileged" } else { "baseline" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pod_security_level_follows_the_templates() {
+        let mut t = crate::crd::TaskTemplateSpec::default();
+        assert_eq!(pod_security_level([&t]), "baseline");
+        t.pod.host_network = Some(true);
+        assert_eq!(pod_security_level([&t]), "privileged");
     }
 }

@@ -415,7 +415,18 @@ async fn destroy_and_recreate_at_once_while_the_old_namespace_terminates() {
         (env_ns.as_str(), "reached")
     );
     let nss: Api<Namespace> = Api::all(ns.client.clone());
-    let old_uid = nss.get(&env_ns).await.expect("ns").metadata.uid;
+    let created = nss.get(&env_ns).await.expect("ns");
+    let old_uid = created.metadata.uid.clone();
+    // Pod Security as the templates need it: the readout chain runs on the host network.
+    assert_eq!(
+        created
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("pod-security.kubernetes.io/enforce"))
+            .map(String::as_str),
+        Some("privileged")
+    );
 
     // Something in the namespace holds its deletion for a few seconds (a finalizer), as pods
     // with grace periods do.
