@@ -225,15 +225,21 @@ impl Bridge {
         let pp = PatchParams::apply(&self.cfg.field_manager).force();
         let sets: Api<TaskSet> = Api::namespaced(self.client.clone(), ns);
         // Independent objects: a few at once (a large environment has tens of TaskSets).
+        // Each write checks the lease first: a replica that lost it stops writing at once,
+        // mid-create (what it wrote is swept: `sweep`).
         let writes: Vec<_> = objs
             .task_sets
             .iter()
-            .map(|ts| apply_task_set(&sets, &pp, ts))
+            .map(|ts| async {
+                self.ensure_leader()?;
+                apply_task_set(&sets, &pp, ts).await
+            })
             .collect();
         futures::stream::iter(writes)
             .buffer_unordered(TASK_SET_WRITES)
             .try_collect::<Vec<_>>()
             .await?;
+        self.ensure_leader()?;
         let envs: Api<Environment> = Api::namespaced(self.client.clone(), ns);
         let env = envs
             .patch(&name, &pp, &Patch::Apply(&objs.environment))
