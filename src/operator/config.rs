@@ -56,6 +56,10 @@ pub struct OperatorArgs {
     /// STOP, RESET TASK, RESET DEVICE, END) before its pod is deleted anyway, seconds.
     #[arg(long, env = "ENVBRIDGE_SHUTDOWN_TIMEOUT", default_value_t = 15)]
     pub shutdown_timeout_seconds: u32,
+    /// How long a deleted pod may stay Terminating (its node's kubelet does not confirm)
+    /// before the operator removes it by force, seconds.
+    #[arg(long, env = "ENVBRIDGE_POD_DELETION_TIMEOUT", default_value_t = 60)]
+    pub pod_deletion_timeout_seconds: u32,
     /// Keep pods whose process ended (failed or done) for debugging, instead of deleting them.
     #[arg(long, env = "ENVBRIDGE_KEEP_PODS")]
     pub keep_pods: bool,

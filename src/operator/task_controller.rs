@@ -975,6 +975,42 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
         ctx.requested
             .insert((SERVICE_DELETION, uid.clone()), std::time::Instant::now());
     }
+    // A pod whose node is dead stays Terminating (no kubelet confirms): past the bound it is
+    // removed by force, so that a finalizer never holds an environment forever.
+    if let Some(p) = &pod
+        && let Some(since) = p.metadata.deletion_timestamp.as_ref()
+    {
+        let waited =
+            Duration::try_from(jiff::Timestamp::now().duration_since(since.0)).unwrap_or_default();
+        let bound = Duration::from_secs(u64::from(ctx.args.pod_deletion_timeout_seconds));
+        if waited >= bound {
+            let api = Api::<Pod>::namespaced(ctx.client.clone(), &ns);
+            match api
+                .delete(&name, &kube::api::DeleteParams::default().grace_period(0))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.is_not_found() => {}
+                Err(e) => return Err(Error::kube("force delete", "Pod", &ns, &name, e)),
+            }
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            warn!(task = %name, %node, waited = ?waited, "pod still terminating: removed by force (its node does not answer)");
+            publish(
+                ctx,
+                task,
+                "PodForceDeleted",
+                format!(
+                    "pod still terminating after {}s on node {node}: removed by force",
+                    waited.as_secs()
+                ),
+            )
+            .await;
+        }
+    }
     if pod.is_some() || svc.is_some() {
         // Their deletion events bring the next reconcile; this is the fallback.
         return Ok(Action::requeue(Duration::from_secs(2)));

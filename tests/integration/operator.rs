@@ -1051,3 +1051,50 @@ async fn the_operator_writes_pods_only_where_environments_live() -> Res {
     assert_eq!(made.name_any(), "probe");
     finish(fx).await
 }
+
+/// A pod on a node whose kubelet is dead stays Terminating: the Task's finalizer removes it by
+/// force past the bound, so destroying the environment ends (the node here is a Node object
+/// that kwok does not manage: nothing answers for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_cannot_hold_an_environment_forever() -> Res {
+    use k8s_openapi::api::core::v1::Node;
+    let fx = fixture("deadnode").await?;
+    let host = format!("dead{}", &fx.ns[fx.ns.len() - 6..]);
+    let nodes: Api<Node> = Api::all(fx.admin.clone());
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": host.clone(), "labels": {"envbridge.dev/host": host.clone()}}
+    }))?;
+    nodes.create(&Default::default(), &node).await?;
+    let client = operator_client(&fx.kubeconfig).await?;
+    let stop = CancellationToken::new();
+    let op = Running {
+        stop: stop.clone(),
+        handle: tokio::spawn(envbridge::operator::run(
+            client,
+            OperatorArgs {
+                pod_deletion_timeout_seconds: 3,
+                ..args(&fx.ns, None)
+            },
+            stop,
+        )),
+    };
+    let t = task_ref("ed", &host, "readout", 1, ControlMode::Basic);
+    deploy(&fx, "ed", std::slice::from_ref(&t), 10).await?;
+    let pods: Api<Pod> = Api::namespaced(fx.admin.clone(), &fx.ns);
+    let deadline = Instant::now() + WAIT;
+    while pods.get_opt(&t.name).await?.is_none() {
+        assert!(Instant::now() < deadline, "no pod on the dead node");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let started = Instant::now();
+    destroy(&fx, "ed").await?;
+    println!(
+        "environment on a dead node destroyed in {:?}",
+        started.elapsed()
+    );
+    assert!(pods.get_opt(&t.name).await?.is_none());
+    let _ = nodes.delete(&host, &Default::default()).await;
+    op.stop().await?;
+    finish(fx).await
+}
