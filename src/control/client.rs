@@ -101,20 +101,16 @@ pub async fn get_raw_state(
 }
 
 /// The process's own state names, polled `every` so long (for a FairMQ device, which has
-/// no state stream), each time it changes, the current one first; a failed read ends the
-/// stream with its error.
+/// no state stream), each time it changes, the current one first. It never ends on its own:
+/// a failed read yields its error and polling goes on.
 pub fn raw_state_stream(
     ep: &TaskEndpoint,
     every: Duration,
-) -> impl Stream<Item = Result<String, ControlError>> + Send + 'static {
+) -> impl Stream<Item = Result<String, ControlError>> + Send + use<> {
     let ep = *ep;
     stream::unfold(
-        (ep, None::<String>, false),
-        move |(ep, last, done)| async move {
-            if done {
-                return None;
-            }
-            let mut first = last.is_none();
+        (ep, None::<String>, true),
+        move |(ep, mut last, mut first)| async move {
             loop {
                 if !first {
                     tokio::time::sleep(every).await;
@@ -122,10 +118,11 @@ pub fn raw_state_stream(
                 first = false;
                 match get_raw_state(&ep, every.max(Duration::from_secs(2))).await {
                     Ok((s, _)) if last.as_deref() != Some(s.as_str()) => {
-                        return Some((Ok(s.clone()), (ep, Some(s), false)));
+                        last = Some(s.clone());
+                        return Some((Ok(s), (ep, last, first)));
                     }
                     Ok(_) => continue,
-                    Err(e) => return Some((Err(e), (ep, last, true))),
+                    Err(e) => return Some((Err(e), (ep, last, first))),
                 }
             }
         },
@@ -303,24 +300,28 @@ fn pushed_states(ep: TaskEndpoint) -> impl Stream<Item = Result<State, ControlEr
 }
 
 fn polled_states(ep: TaskEndpoint) -> impl Stream<Item = Result<State, ControlError>> + Send {
-    stream::unfold((ep, None::<State>, true), |(ep, last, first)| async move {
-        let mut last = last;
-        let mut first = first;
-        loop {
-            if !first {
-                tokio::time::sleep(FAIRMQ_POLL_INTERVAL).await;
-            }
-            first = false;
-            match get_state(&ep, FAIRMQ_POLL_INTERVAL.max(Duration::from_secs(2))).await {
-                Ok((s, _)) if Some(s) != last => {
-                    last = Some(s);
-                    return Some((Ok(s), (ep, last, first)));
+    let addr = ep.addr;
+    // The device's own states, settled ones only (no run-control state between them), each
+    // run-control state once per change.
+    raw_state_stream(&ep, FAIRMQ_POLL_INTERVAL)
+        .filter_map(move |r| {
+            std::future::ready(match r.and_then(|raw| parse_fmq(addr, "GetState", &raw)) {
+                Ok(fmq) => fmq.to_state().map(Ok),
+                Err(e) => Some(Err(e)),
+            })
+        })
+        .scan(None::<State>, |last, r| {
+            let out = match r {
+                Ok(s) if *last == Some(s) => None,
+                Ok(s) => {
+                    *last = Some(s);
+                    Some(Ok(s))
                 }
-                Ok(_) | Err(ControlError::Between { .. }) => continue,
-                Err(e) => return Some((Err(e), (ep, last, first))),
-            }
-        }
-    })
+                Err(e) => Some(Err(e)),
+            };
+            std::future::ready(Some(out))
+        })
+        .filter_map(std::future::ready)
 }
 
 /// The task's device events as they come (`NULL_DEVICE_EVENT`, `END_OF_STREAM`, ...).

@@ -94,12 +94,7 @@ pub fn aggregate(
     failing_tasks.truncate(FAILING_LISTED);
     for f in &mut failing_tasks {
         if f.message.len() > FAILING_MESSAGE {
-            let mut end = FAILING_MESSAGE;
-            while !f.message.is_char_boundary(end) {
-                end -= 1;
-            }
-            f.message.truncate(end);
-            f.message.push_str("[...]");
+            f.message = format!("{}[...]", super::bounded::head(&f.message, FAILING_MESSAGE));
         }
     }
     Aggregate {

@@ -544,7 +544,7 @@ async fn publish_changes(
         let ev = KEvent {
             type_,
             reason,
-            note: Some(truncate(&note, 1000)),
+            note: Some(super::bounded::head(&note, 1000).to_string()),
             action: "Reconcile".into(),
             secondary: None,
         };
@@ -624,17 +624,6 @@ fn pascal(s: &str) -> String {
             }
         })
         .collect()
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
 }
 
 /// Deletes the environment's Tasks and waits until they, their Pods and Services are gone.

@@ -115,10 +115,8 @@ pub fn confirmed(
         }),
         // A slow answer is no failure (direct GetState takes ~1 s while RUNNING).
         Err(ControlError::Deadline { .. }) => None,
-        Err(e) if current == State::Error => {
-            let _ = e;
-            None
-        }
+        // Already ERROR: nothing more to say.
+        Err(_) if current == State::Error => None,
         Err(e) => Some(Verdict::Apply {
             state: State::Error,
             reason: "TaskUnreachable",

@@ -6,6 +6,7 @@
 
 pub mod aggregate;
 pub mod args;
+pub mod bounded;
 pub mod calls;
 pub mod config;
 pub mod control_api;

@@ -4,6 +4,8 @@
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
+
+use super::bounded;
 use tracing::debug;
 
 /// At most this much of a termination message is kept (its end: the last lines).
@@ -12,28 +14,20 @@ pub const LAST_LOG_MAX: usize = 4096;
 pub const EVENTS_MAX: usize = 10;
 pub const EVENT_MAX: usize = 512;
 
-/// The end of `s`, at most `max` bytes, cut at a character boundary (marked when cut).
+/// The end of `s`, at most `max` bytes (marked when cut).
 pub fn tail(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
+    match bounded::tail(s, max) {
+        t if t.len() == s.len() => s.to_string(),
+        t => format!("[...]{t}"),
     }
-    let mut start = s.len() - max;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("[...]{}", &s[start..])
 }
 
-/// The start of `s`, at most `max` bytes, cut at a character boundary.
+/// The start of `s`, at most `max` bytes (marked when cut).
 fn head(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
+    match bounded::head(s, max) {
+        h if h.len() == s.len() => s.to_string(),
+        h => format!("{h}[...]"),
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}[...]", &s[..end])
 }
 
 /// The termination message of the pod's first container that has one.

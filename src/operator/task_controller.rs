@@ -625,50 +625,24 @@ async fn transition(
     let Some(from) = st.state.filter(|s| *s != State::Deploying) else {
         return;
     };
-    let target = req.target();
     let done = |phase, message: String| TransitionStatus {
         id: req.id.clone(),
         event: req.event,
         phase,
         message,
     };
-    if req.event == Event::GoError {
-        // The anchor's GO_ERROR: the environment goes to ERROR; a task still RUNNING is
-        // stopped (STOP with the STOP keys), the others keep their state. No process knows
-        // GO_ERROR itself.
-        if from != State::Running {
-            st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
-            return;
-        }
-        let (true, Some((ep, live))) = (protocol, ep) else {
-            st.state = Some(State::Configured);
-            st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
-            return;
-        };
-        let args = transition_args::go_error_stop(&req.arguments);
-        let uid = task.uid().unwrap_or_default();
-        let result = {
-            let _call = live.calling(&uid);
-            control_api::transition(ep, from, Event::Stop, &args, deadline).await
-        };
-        match result {
-            Ok(reached) => {
-                st.state = Some(reached);
-                st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
-            }
-            Err(e) => {
-                let msg = format!("GO_ERROR: STOP failed: {e}");
-                fail(st, task, msg.clone());
-                st.transition = Some(done(TransitionPhase::Failed, msg));
-            }
-        }
-        return;
-    }
+    // The anchor's GO_ERROR: the environment goes to ERROR; a task still RUNNING is stopped
+    // (STOP with the STOP keys), the others keep their state. No process knows GO_ERROR.
+    let (event, target) = match req.event {
+        Event::GoError if from != State::Running => (Event::GoError, from),
+        Event::GoError => (Event::Stop, State::Configured),
+        e => (e, req.target()),
+    };
     if from == target {
         st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
         return;
     }
-    if next(from, req.event).is_none() {
+    if next(from, event).is_none() {
         let msg = format!("{} does not apply in state {from}", req.event);
         st.transition = Some(done(TransitionPhase::Failed, msg));
         return;
@@ -678,11 +652,14 @@ async fn transition(
         st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
         return;
     };
-    let args = transition_args::arguments(req.event, &task.spec.task, &req.arguments);
+    let args = match req.event {
+        Event::GoError => transition_args::go_error_stop(&req.arguments),
+        e => transition_args::arguments(e, &task.spec.task, &req.arguments),
+    };
     let uid = task.uid().unwrap_or_default();
     let result = {
         let _call = live.calling(&uid);
-        control_api::transition(ep, from, req.event, &args, deadline).await
+        control_api::transition(ep, from, event, &args, deadline).await
     };
     match result {
         Ok(reached) if reached == target => {

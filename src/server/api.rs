@@ -36,7 +36,7 @@ async fn audit<T>(
     caller: &Caller,
     action: &str,
     target: &str,
-    env: Option<(&str, &str)>,
+    env: Option<&(String, String)>,
     result: &Result<T, Status>,
 ) {
     let outcome = match result {
@@ -53,7 +53,7 @@ async fn audit<T>(
                 target,
                 outcome: &outcome,
             },
-            env,
+            env.map(|(n, m)| (n.as_str(), m.as_str())),
         )
         .await;
 }
@@ -98,7 +98,7 @@ impl pb::env_bridge_server::EnvBridge for Api {
             &caller,
             "create",
             &target,
-            env.as_ref().map(|(n, m)| (n.as_str(), m.as_str())),
+            env.as_ref(),
             &created,
         )
         .await;
@@ -187,7 +187,7 @@ impl pb::env_bridge_server::EnvBridge for Api {
             &caller,
             "transition",
             &target,
-            env.as_ref().map(|(n, m)| (n.as_str(), m.as_str())),
+            env.as_ref(),
             &res,
         )
         .await;
@@ -229,7 +229,7 @@ impl pb::env_bridge_server::EnvBridge for Api {
             &caller,
             "destroy",
             &r.id,
-            env.as_ref().map(|(n, m)| (n.as_str(), m.as_str())),
+            env.as_ref(),
             &Ok::<(), Status>(()),
         )
         .await;
@@ -266,7 +266,7 @@ impl pb::env_bridge_server::EnvBridge for Api {
             &caller,
             "kill",
             &format!("{} {}", r.id, r.task),
-            env.as_ref().map(|(n, m)| (n.as_str(), m.as_str())),
+            env.as_ref(),
             &gone,
         )
         .await;

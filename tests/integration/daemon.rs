@@ -962,18 +962,7 @@ async fn with_the_operator_a_rendered_readout_dataflow_runs_its_cycle_and_fails_
             .expect("sim-runner");
         sims.push(Child(child));
     }
-    let op_stop = tokio_util::sync::CancellationToken::new();
-    let op_args = envbridge::operator::OperatorArgs {
-        namespace: Some(ns.name.clone()),
-        no_leader_election: true,
-        connect_timeout_seconds: 20,
-        ..envbridge::operator::OperatorArgs::default()
-    };
-    let operator = tokio::spawn(envbridge::operator::run(
-        ns.client.clone(),
-        op_args,
-        op_stop.clone(),
-    ));
+    let operator = fixture::Operator::start(ns.client.clone(), &ns.name);
 
     let mut cfg = fixed_ns(&ns.name);
     cfg.tasks_dir = root.join("control-workflows/tasks");
@@ -1056,8 +1045,7 @@ async fn with_the_operator_a_rendered_readout_dataflow_runs_its_cycle_and_fails_
         let gone = fixture::destroy(&mut api, id, 90).await;
         assert!(gone.gone, "{id}: {}", gone.message);
     }
-    op_stop.cancel();
-    let _ = tokio::time::timeout(WAIT, operator).await;
+    operator.stop().await;
 }
 
 /// The daemon works under its own ServiceAccount with manifests/deploy/daemon-rbac.yaml, and

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use envbridge::server::pb;
 
 use super::fixture::{self, Daemon, fixed_ns};
-use super::{Child, WAIT, transition};
+use super::{Child, transition};
 use crate::support::{self, TestNamespace};
 
 fn shared() -> PathBuf {
@@ -29,8 +29,7 @@ fn shared() -> PathBuf {
 /// `caches` case's store and the project's template mapping.
 struct Stack {
     _sim: Child,
-    op_stop: tokio_util::sync::CancellationToken,
-    operator: tokio::task::JoinHandle<envbridge::operator::Result<()>>,
+    operator: fixture::Operator,
     daemon: Daemon,
 }
 
@@ -70,17 +69,7 @@ impl Stack {
                 .spawn()
                 .expect("sim-runner"),
         );
-        let op_stop = tokio_util::sync::CancellationToken::new();
-        let operator = tokio::spawn(envbridge::operator::run(
-            ns.client.clone(),
-            envbridge::operator::OperatorArgs {
-                namespace: Some(ns.name.clone()),
-                no_leader_election: true,
-                connect_timeout_seconds: 20,
-                ..envbridge::operator::OperatorArgs::default()
-            },
-            op_stop.clone(),
-        ));
+        let operator = fixture::Operator::start(ns.client.clone(), &ns.name);
         let shared = shared();
         let cw = shared.join("corpus/aliecs/controlworkflows");
         let mut cfg = fixed_ns(&ns.name);
@@ -99,15 +88,13 @@ impl Stack {
         let daemon = Daemon::start(ns.client.clone(), cfg, renderer).await;
         Stack {
             _sim: sim,
-            op_stop,
             operator,
             daemon,
         }
     }
 
     async fn stop(self) {
-        self.op_stop.cancel();
-        let _ = tokio::time::timeout(WAIT, self.operator).await;
+        self.operator.stop().await;
     }
 }
 

@@ -614,3 +614,33 @@ pub async fn cli(args: &[&str]) -> std::process::Output {
     .await
     .expect("cli")
 }
+
+/// The operator in one test namespace (no leader election), until [`Operator::stop`] (or the
+/// test's runtime ends).
+pub struct Operator {
+    stop: CancellationToken,
+    handle: tokio::task::JoinHandle<envbridge::operator::Result<()>>,
+}
+
+impl Operator {
+    pub fn start(client: Client, ns: &str) -> Operator {
+        let stop = CancellationToken::new();
+        let handle = tokio::spawn(envbridge::operator::run(
+            client,
+            envbridge::operator::OperatorArgs {
+                namespace: Some(ns.to_string()),
+                no_leader_election: true,
+                connect_timeout_seconds: 20,
+                ..envbridge::operator::OperatorArgs::default()
+            },
+            stop.clone(),
+        ));
+        Operator { stop, handle }
+    }
+
+    /// Stops it and waits (bounded) until it has.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(60), self.handle).await;
+    }
+}

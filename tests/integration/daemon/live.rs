@@ -25,8 +25,7 @@ const SEEN_WITHIN: Duration = Duration::from_secs(20);
 struct Stack {
     _sim: Child,
     logs: tempfile::TempDir,
-    op_stop: tokio_util::sync::CancellationToken,
-    operator: tokio::task::JoinHandle<envbridge::operator::Result<()>>,
+    operator: fixture::Operator,
     daemon: Daemon,
 }
 
@@ -57,17 +56,7 @@ impl Stack {
                 .spawn()
                 .expect("sim-runner"),
         );
-        let op_stop = tokio_util::sync::CancellationToken::new();
-        let operator = tokio::spawn(envbridge::operator::run(
-            ns.client.clone(),
-            envbridge::operator::OperatorArgs {
-                namespace: Some(ns.name.clone()),
-                no_leader_election: true,
-                connect_timeout_seconds: 20,
-                ..envbridge::operator::OperatorArgs::default()
-            },
-            op_stop.clone(),
-        ));
+        let operator = fixture::Operator::start(ns.client.clone(), &ns.name);
         let mut cfg = fixed_ns(&ns.name);
         cfg.tasks_dir = root.join("control-workflows/tasks");
         cfg.workflows_dir = root.join("control-workflows/workflows");
@@ -79,15 +68,13 @@ impl Stack {
         Stack {
             _sim: sim,
             logs,
-            op_stop,
             operator,
             daemon,
         }
     }
 
     async fn stop(self) {
-        self.op_stop.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(30), self.operator).await;
+        self.operator.stop().await;
     }
 
     /// What the simulator of `task` logged (its pod's log file).
