@@ -239,6 +239,10 @@ impl Bridge {
             .buffer_unordered(TASK_SET_WRITES)
             .try_collect::<Vec<_>>()
             .await?;
+        if !self.cfg.hold_before_environment_write.is_zero() {
+            tracing::warn!(hold = ?self.cfg.hold_before_environment_write, environment = name, "test hook: holding before the Environment write");
+            tokio::time::sleep(self.cfg.hold_before_environment_write).await;
+        }
         self.ensure_leader()?;
         let envs: Api<Environment> = Api::namespaced(self.client.clone(), ns);
         let env = envs

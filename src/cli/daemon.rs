@@ -119,6 +119,10 @@ pub struct DaemonArgs {
     /// Seconds, for events without their own timeout.
     #[arg(long, env = "ENVBRIDGE_DEFAULT_TRANSITION_TIMEOUT")]
     pub default_transition_timeout: Option<u64>,
+    /// Seconds a TaskSet without its Environment (a create cut short by a crash) is kept
+    /// before the leader removes it (default 120).
+    #[arg(long, env = "ENVBRIDGE_ORPHAN_GRACE")]
+    pub orphan_grace: Option<u64>,
     /// Run without leader election (a single replica).
     #[arg(long, env = "ENVBRIDGE_NO_LEADER_ELECTION")]
     pub no_leader_election: bool,
@@ -178,10 +182,26 @@ pub struct FileConfig {
     #[serde(default)]
     pub transition_timeouts: HashMap<String, u64>,
     pub default_transition_timeout: Option<u64>,
+    pub orphan_grace: Option<u64>,
     pub leader_election: Option<bool>,
     pub lease_name: Option<String>,
     pub lease_namespace: Option<String>,
     pub log_format: Option<LogFormat>,
+}
+
+/// A crash-test hook, never set in production: the daemon waits this long between a create's
+/// TaskSet writes and its Environment write, so that a test can kill it right there.
+const HOLD_ENV: &str = "ENVBRIDGE_TEST_HOLD_BEFORE_ENVIRONMENT_WRITE_MS";
+
+fn hold_before_environment_write() -> Result<Duration, String> {
+    match std::env::var(HOLD_ENV) {
+        Err(_) => Ok(Duration::ZERO),
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map(Duration::from_millis)
+            .map_err(|e| format!("{HOLD_ENV}={v:?}: {e}")),
+    }
 }
 
 pub fn load_file(path: &Path) -> Result<FileConfig, String> {
@@ -291,6 +311,10 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     if let Some(s) = a.kill_timeout.or(f.kill_timeout) {
         b.kill_timeout = secs(s);
     }
+    if let Some(s) = a.orphan_grace.or(f.orphan_grace) {
+        b.orphan_grace = secs(s);
+    }
+    b.hold_before_environment_write = hold_before_environment_write()?;
     if let Some(s) = a.namespace_gone_timeout.or(f.namespace_gone_timeout) {
         b.namespace_gone_timeout = secs(s);
     }
