@@ -105,7 +105,7 @@ async fn two_thousand_tasks_failing_at_once_fail_the_transition_fast_in_a_bounde
     let refs = task_refs("mass", &ns.tpl.prefix);
     let total = refs.len();
     assert_eq!(total, 2000);
-    let objs = envbridge::bridge::objects::pack("mass", "mass", "readout-dataflow", refs);
+    let objs = envbridge::objects::pack("mass", "mass", "readout-dataflow", refs);
     let t0 = Instant::now();
     d.bridge
         .apply(objs, &ns.name, &Default::default())

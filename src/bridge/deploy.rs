@@ -13,9 +13,9 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use super::error::{BridgeError, Result, is_not_found};
-use super::objects::Objects;
 use super::{Bridge, CreateSpec, caller, namespace, validate};
 use crate::crd::{Environment, TaskSet};
+use crate::objects::Objects;
 use crate::roster::EnvKey;
 
 /// TaskSets written at once by a create.
@@ -250,7 +250,7 @@ impl Bridge {
             .await
             .map_err(BridgeError::kube(format!("apply Environment {ns}/{name}")))?;
         self.reserved
-            .insert(EnvKey::new(ns, &name), objs.ports_by_node());
+            .insert(EnvKey::new(ns, &name), objs.ports.clone());
         tracing::info!(
             namespace = ns,
             environment = name,
