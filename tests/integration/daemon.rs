@@ -888,7 +888,7 @@ async fn a_daemon_killed_mid_transition_rebuilds_its_roster_and_duplicates_nothi
 #[tokio::test]
 async fn two_replicas_never_both_write() {
     let ns = Setup::shared("daemon-lease").await;
-    let lease = |id: &str| envbridge::bridge::leader::LeaseConfig {
+    let lease = |id: &str| envbridge::launch::lease::LeaseConfig {
         namespace: ns.name.clone(),
         name: "envbridge-daemon".into(),
         identity: id.into(),
@@ -896,6 +896,7 @@ async fn two_replicas_never_both_write() {
         // time (a 10 s lease once expired under load); the handover below is by release.
         duration: 30,
         grace: 5,
+        field_manager: "envbridge-daemon".into(),
     };
     let a = ns.daemon().await;
     let b = ns.daemon().await;

@@ -629,7 +629,10 @@ impl Operator {
             client,
             envbridge::operator::OperatorArgs {
                 namespace: Some(ns.to_string()),
-                no_leader_election: true,
+                lease: envbridge::launch::lease::OperatorLease {
+                    no_leader_election: true,
+                    ..Default::default()
+                },
                 connect_timeout_seconds: 20,
                 ..envbridge::operator::OperatorArgs::default()
             },
