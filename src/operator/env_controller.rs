@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KEvent, EventType};
+use kube::runtime::finalizer::{self, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -35,22 +36,23 @@ pub const COND_CREATED: &str = "TasksCreated";
 
 pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
     ctx.listed().await;
+    let api: Api<Environment> =
+        Api::namespaced(ctx.client.clone(), &env.namespace().unwrap_or_default());
+    // kube's helper adds the finalizer if missing and removes it once `finalize` succeeds.
+    finalizer(&api, ENV_FINALIZER, env.clone(), |ev| async {
+        match ev {
+            finalizer::Event::Apply(e) => apply(e, &ctx, &api).await,
+            finalizer::Event::Cleanup(e) => finalize(&e, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::from_finalizer(env.as_ref(), e))
+}
+
+/// A live Environment: its Tasks written from its TaskSets, its status aggregated.
+async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Result<Action> {
     let ns = env.namespace().unwrap_or_default();
     let name = env.name_any();
-    let api: Api<Environment> = Api::namespaced(ctx.client.clone(), &ns);
-    if env.metadata.deletion_timestamp.is_some() {
-        return finalize(&env, &ctx, &api).await;
-    }
-    if !env.finalizers().iter().any(|f| f == ENV_FINALIZER) {
-        let mut finalizers = env.finalizers().to_vec();
-        finalizers.push(ENV_FINALIZER.into());
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": env.resource_version()}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| Error::kube("add finalizer to", "Environment", &ns, &name, e))?;
-        // The patch triggers the next reconcile with the finalizer in place.
-        return Ok(Action::await_change());
-    }
 
     let old = env.status.clone().unwrap_or_default();
     let mut status = old.clone();
@@ -58,7 +60,7 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
     let refs = collect_tasks(
         &env,
         |set| ctx.task_sets.get(&reflector_ref::<TaskSet>(set, &ns)),
-        |set| cached_hash(&ctx, set),
+        |set| cached_hash(ctx, set),
     );
     let refs = match refs {
         Ok(refs) => refs,
@@ -71,7 +73,7 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
                 &problem.to_string(),
                 generation,
             );
-            write_status(&ctx, &api, &env, &old, status).await?;
+            write_status(ctx, api, &env, &old, status).await?;
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
     };
@@ -104,12 +106,12 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
     // The calls triggered before the deployment run, and those awaited there end, before the
     // first Tasks are written; a critical one that failed stops the deployment, named.
     if !created_before && env.spec.transition.is_none() {
-        match deploy_calls(&ctx, &env, calls::DeployStep::Before) {
+        match deploy_calls(ctx, &env, calls::DeployStep::Before) {
             DeployCalls::Pending => return Ok(Action::requeue(Duration::from_millis(200))),
             DeployCalls::Failed(failing) => {
                 status.state = Some(State::Error);
                 status.failing_tasks = failing;
-                write_status(&ctx, &api, &env, &old, status).await?;
+                write_status(ctx, api, &env, &old, status).await?;
                 return Ok(Action::await_change());
             }
             DeployCalls::Done => {}
@@ -122,8 +124,12 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
         || env.spec.hooks.iter().any(|h| h.trigger.is_some());
     let gate = match (&env.spec.transition, has_hooks) {
         (Some(req), true) => {
-            let now: Vec<Arc<Task>> = ctx.tasks.state().into_iter().filter(|t| mine(t)).collect();
-            let (gate, start, calls) = hook_gate(&ctx, &env, req, &refs, &now);
+            let now: Vec<Arc<Task>> = ctx
+                .tasks_of(&ns, &name)
+                .into_iter()
+                .filter(|t| mine(t))
+                .collect();
+            let (gate, start, calls) = hook_gate(ctx, &env, req, &refs, &now);
             for i in calls {
                 ctx.calls
                     .start(&env_uid, &env.spec.id, req, &env.spec.hooks[i]);
@@ -175,8 +181,7 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
         let wanted: std::collections::HashSet<&str> =
             refs.iter().map(|r| r.name.as_str()).collect();
         let stale: Vec<String> = ctx
-            .tasks
-            .state()
+            .tasks_of(&ns, &name)
             .iter()
             .filter(|t| mine(t) && t.metadata.deletion_timestamp.is_none())
             .map(|t| t.name_any())
@@ -200,7 +205,11 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
         status.observed_generation = generation;
     }
 
-    let tasks: Vec<Arc<Task>> = ctx.tasks.state().into_iter().filter(|t| mine(t)).collect();
+    let tasks: Vec<Arc<Task>> = ctx
+        .tasks_of(&ns, &name)
+        .into_iter()
+        .filter(|t| mine(t))
+        .collect();
     let task_refs: Vec<&Task> = tasks.iter().map(|t| t.as_ref()).collect();
     // Every referenced task counts: one not (yet) in the store is DEPLOYING, so a lagging
     // store never makes the environment look complete early.
@@ -222,22 +231,22 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Ctx>) -> Result<Action> {
     // Once deployed (every task STANDBY, no transition asked yet): the calls after it; and
     // whatever a deployment call said (a critical failure makes the environment ERROR).
     if env.spec.transition.is_none() && agg.state == State::Standby {
-        let _ = deploy_calls(&ctx, &env, calls::DeployStep::After);
+        let _ = deploy_calls(ctx, &env, calls::DeployStep::After);
     }
-    let failed_calls = deploy_failures(&ctx, &env);
+    let failed_calls = deploy_failures(ctx, &env);
     if failed_calls.iter().any(|f| f.critical) {
         status.state = Some(State::Error);
     }
     status.failing_tasks.extend(failed_calls);
     status.transition = match &env.spec.transition {
         Some(req) if has_hooks => {
-            let (gate, _, _) = hook_gate(&ctx, &env, req, &refs, &tasks);
+            let (gate, _, _) = hook_gate(ctx, &env, req, &refs, &tasks);
             Some(hook_transition_status(req, &gate.outcome))
         }
         _ => agg.transition,
     };
-    publish_changes(&ctx, &env, &old, &status).await;
-    write_status(&ctx, &api, &env, &old, status).await?;
+    publish_changes(ctx, &env, &old, &status).await;
+    write_status(ctx, api, &env, &old, status).await?;
     // A call in flight ends without any watch event: look again soon.
     if let Some(req) = &env.spec.transition
         && ctx.calls.any_running(&env_uid, &req.id)
@@ -430,8 +439,12 @@ fn hook_transition_status(req: &TransitionRequest, outcome: &hooks::Outcome) -> 
 }
 
 pub fn error_policy(env: Arc<Environment>, err: &Error, _ctx: Arc<Ctx>) -> Action {
-    warn!(env = %env.name_any(), error = %err, "environment reconcile failed, retrying");
-    Action::requeue(Duration::from_secs(2))
+    if matches!(err, Error::Pending { .. }) {
+        tracing::debug!(env = %env.name_any(), %err);
+    } else {
+        warn!(env = %env.name_any(), error = %err, "environment reconcile failed, retrying");
+    }
+    Action::requeue(err.retry_after())
 }
 
 fn reflector_ref<K: Resource<DynamicType = ()>>(
@@ -628,12 +641,9 @@ fn pascal(s: &str) -> String {
 }
 
 /// Deletes the environment's Tasks and waits until they, their Pods and Services are gone.
-async fn finalize(env: &Environment, ctx: &Ctx, api: &Api<Environment>) -> Result<Action> {
+async fn finalize(env: &Environment, ctx: &Ctx) -> Result<Action> {
     let ns = env.namespace().unwrap_or_default();
     let name = env.name_any();
-    if !env.finalizers().iter().any(|f| f == ENV_FINALIZER) {
-        return Ok(Action::await_change());
-    }
     // The calls triggered at DESTROY first (each bounded by its timeout); their failures are
     // reported, the destruction goes on.
     let uid = env.uid().unwrap_or_default();
@@ -652,21 +662,16 @@ async fn finalize(env: &Environment, ctx: &Ctx, api: &Api<Environment>) -> Resul
         }
     }
     if ctx.calls.any_running(&uid, calls::DESTROY) {
-        return Ok(Action::requeue(Duration::from_millis(200)));
+        return Err(Error::Pending {
+            what: format!("environment {ns}/{name}: calls at DESTROY running"),
+            after: Duration::from_millis(200),
+        });
     }
     let env_label = label_value(&name);
     let of_env = |l: &std::collections::BTreeMap<String, String>| {
         l.get(labels::ENVIRONMENT) == Some(&env_label)
     };
-    let tasks: Vec<Arc<Task>> = ctx
-        .tasks
-        .state()
-        .into_iter()
-        .filter(|t| {
-            t.namespace().as_deref() == Some(ns.as_str())
-                && (t.spec.environment == name || of_env(t.labels()))
-        })
-        .collect();
+    let tasks: Vec<Arc<Task>> = ctx.tasks_of(&ns, &name);
     let task_api: Api<Task> = Api::namespaced(ctx.client.clone(), &ns);
     let to_delete: Vec<String> = tasks
         .iter()
@@ -698,31 +703,10 @@ async fn finalize(env: &Environment, ctx: &Ctx, api: &Api<Environment>) -> Resul
         .count();
     if !tasks.is_empty() || pods > 0 || svcs > 0 {
         info!(env = %name, tasks = tasks.len(), pods, services = svcs, "waiting for the environment's objects to go");
-        return Ok(Action::requeue(Duration::from_millis(500)));
-    }
-    let rest: Vec<String> = env
-        .finalizers()
-        .iter()
-        .filter(|f| *f != ENV_FINALIZER)
-        .cloned()
-        .collect();
-    let patch =
-        json!({"metadata": {"finalizers": rest, "resourceVersion": env.resource_version()}});
-    match api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.is_not_found() => {}
-        Err(e) => {
-            return Err(Error::kube(
-                "remove finalizer from",
-                "Environment",
-                &ns,
-                &name,
-                e,
-            ));
-        }
+        return Err(Error::Pending {
+            what: format!("environment {ns}/{name}: its objects going"),
+            after: Duration::from_millis(500),
+        });
     }
     ctx.calls.forget(&uid);
     info!(env = %name, namespace = %ns, "environment cleaned up");

@@ -22,8 +22,13 @@ pub mod requests;
 pub mod runtime;
 pub mod service;
 pub mod task_controller;
+pub mod task_index;
 pub mod task_sets;
 pub mod transition_args;
+
+use std::time::Duration;
+
+use kube::Resource;
 
 pub use config::OperatorArgs;
 pub use runtime::{run, run_cli};
@@ -49,9 +54,56 @@ pub enum Error {
     Client(#[source] kube::Error),
     #[error("leadership lost")]
     LeaseLost,
+    /// A cleanup that is not finished (objects still going, calls still running): the
+    /// finalizer stays, the reconcile comes back after `after`.
+    #[error("{what}: waiting")]
+    Pending { what: String, after: Duration },
+    #[error("finalizer {action} {ns}/{name}: {source}")]
+    Finalizer {
+        action: &'static str,
+        ns: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("finalizer: {0}")]
+    FinalizerUse(String),
 }
 
 impl Error {
+    /// The error of kube's `finalizer()` helper as one of ours: the reconcile's own errors
+    /// pass through unchanged (a `Pending` cleanup keeps its retry delay).
+    pub fn from_finalizer<K: Resource>(obj: &K, e: kube::runtime::finalizer::Error<Error>) -> Self {
+        use kube::runtime::finalizer::Error as F;
+        let (ns, name) = (
+            obj.meta().namespace.clone().unwrap_or_default(),
+            obj.meta().name.clone().unwrap_or_default(),
+        );
+        match e {
+            F::ApplyFailed(e) | F::CleanupFailed(e) => e,
+            F::AddFinalizer(source) => Error::Finalizer {
+                action: "add",
+                ns,
+                name,
+                source,
+            },
+            F::RemoveFinalizer(source) => Error::Finalizer {
+                action: "remove",
+                ns,
+                name,
+                source,
+            },
+            other => Error::FinalizerUse(other.to_string()),
+        }
+    }
+
+    /// How soon to try again after this error.
+    pub fn retry_after(&self) -> Duration {
+        match self {
+            Error::Pending { after, .. } => *after,
+            _ => Duration::from_secs(2),
+        }
+    }
+
     pub fn kube(
         action: &'static str,
         kind: &'static str,

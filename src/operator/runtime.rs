@@ -28,6 +28,8 @@ pub struct Ctx {
     pub args: OperatorArgs,
     pub pod_settings: PodSettings,
     pub tasks: Store<Task>,
+    /// The Task store's names by environment (fed by the same watch).
+    pub task_index: Arc<super::task_index::TaskIndex>,
     pub pods: Store<Pod>,
     pub services: Store<Service>,
     pub nodes: Store<Node>,
@@ -146,6 +148,15 @@ where
 }
 
 impl Ctx {
+    /// The stored Tasks of Environment `env` in `namespace` (by the index, no scan).
+    pub fn tasks_of(&self, namespace: &str, env: &str) -> Vec<Arc<Task>> {
+        self.task_index
+            .names(namespace, env)
+            .iter()
+            .filter_map(|n| self.tasks.get(&ObjectRef::new(n).within(namespace)))
+            .collect()
+    }
+
     /// Reconciles wait here until every watch has listed (no decision on a partial view).
     pub async fn listed(&self) {
         let mut rx = self.listed.clone();
@@ -209,6 +220,7 @@ pub async fn run_controllers(
         client: client.clone(),
         args: args.clone(),
         tasks: tasks.clone(),
+        task_index: Arc::default(),
         pods,
         services,
         nodes,
@@ -228,7 +240,11 @@ pub async fn run_controllers(
     // One Task watch serves both controllers: each Task event also asks for a reconcile of
     // its Environment (instead of a second watch of every Task).
     let (env_tx, env_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<Environment>>();
+    let index = ctx.task_index.clone();
     let task_stream = log_errors(task_stream, "tasks").inspect(move |ev| {
+        if let Ok(ev) = ev {
+            index.observe(ev);
+        }
         let one = |t: &Task| {
             if let Some(ns) = t.namespace() {
                 let _ = env_tx.send(ObjectRef::new(&t.spec.environment).within(&ns));

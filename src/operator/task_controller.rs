@@ -8,6 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
@@ -37,17 +38,27 @@ pub const COND_ENDED: &str = "ProcessEnded";
 
 pub async fn reconcile(task: Arc<Task>, ctx: Arc<Ctx>) -> Result<Action> {
     ctx.listed().await;
-    if task.metadata.deletion_timestamp.is_some() {
-        return cleanup(&task, &ctx).await;
-    }
+    let api: Api<Task> = Api::namespaced(ctx.client.clone(), &task.namespace().unwrap_or_default());
+    // kube's helper adds the finalizer if missing and removes it once `cleanup` succeeds.
+    finalizer(&api, TASK_FINALIZER, task.clone(), |ev| async {
+        match ev {
+            finalizer::Event::Apply(t) => apply(t, &ctx).await,
+            finalizer::Event::Cleanup(t) => cleanup(&t, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::from_finalizer(task.as_ref(), e))
+}
+
+/// A live Task: its pod, its process and its status.
+async fn apply(task: Arc<Task>, ctx: &Ctx) -> Result<Action> {
     let uid = task.uid().unwrap_or_default();
-    let old =
-        answered(&task, &ctx, &uid).unwrap_or_else(|| task.status.clone().unwrap_or_default());
+    let old = answered(&task, ctx, &uid).unwrap_or_else(|| task.status.clone().unwrap_or_default());
     let mut st = old.clone();
     let mut step = Step::default();
-    drive(&task, &ctx, &mut st, &mut step).await?;
+    drive(&task, ctx, &mut st, &mut step).await?;
     if step.write_status && st != old {
-        write_status(&ctx, &task, &st).await?;
+        write_status(ctx, &task, &st).await?;
         if st.transition.is_some() {
             ctx.answered.insert(uid, st.clone());
         }
@@ -74,8 +85,12 @@ fn answered(task: &Task, ctx: &Ctx, uid: &str) -> Option<TaskStatus> {
 }
 
 pub fn error_policy(task: Arc<Task>, err: &Error, _ctx: Arc<Ctx>) -> Action {
-    warn!(task = %task.name_any(), error = %err, "task reconcile failed, retrying");
-    Action::requeue(Duration::from_secs(2))
+    if matches!(err, Error::Pending { .. }) {
+        debug!(task = %task.name_any(), %err);
+    } else {
+        warn!(task = %task.name_any(), error = %err, "task reconcile failed, retrying");
+    }
+    Action::requeue(err.retry_after())
 }
 
 /// What one reconcile decided besides the new status.
@@ -910,11 +925,8 @@ async fn write_status(ctx: &Ctx, task: &Task, st: &TaskStatus) -> Result<()> {
     }
 }
 
-/// Deletes the task's Pod and Service, waits until both are gone, then lets the Task go.
+/// Deletes the task's Pod and Service; `Pending` until both are gone, then the Task may go.
 async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
-    if !task.finalizers().iter().any(|f| f == TASK_FINALIZER) {
-        return Ok(Action::await_change());
-    }
     let ns = task.namespace().unwrap_or_default();
     let name = task.name_any();
     let sname = service_name(&name);
@@ -990,24 +1002,10 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
     }
     if pod.is_some() || svc.is_some() {
         // Their deletion events bring the next reconcile; this is the fallback.
-        return Ok(Action::requeue(Duration::from_secs(2)));
-    }
-    let rest: Vec<String> = task
-        .finalizers()
-        .iter()
-        .filter(|f| *f != TASK_FINALIZER)
-        .cloned()
-        .collect();
-    let patch =
-        json!({"metadata": {"finalizers": rest, "resourceVersion": task.resource_version()}});
-    let api: Api<Task> = Api::namespaced(ctx.client.clone(), &ns);
-    match api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.is_not_found() => {}
-        Err(e) => return Err(Error::kube("remove finalizer from", "Task", &ns, &name, e)),
+        return Err(Error::Pending {
+            what: format!("task {ns}/{name}: pod and service going"),
+            after: Duration::from_secs(2),
+        });
     }
     for what in [POD, SERVICE, POD_DELETION, SERVICE_DELETION] {
         ctx.requested.remove(&(what, uid.clone()));

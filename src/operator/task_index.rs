@@ -1,0 +1,153 @@
+//! Tasks by environment: fed by the one Task watch (apply, delete, and a relist that replaces
+//! everything), so that an Environment's reconcile reads its own tasks instead of scanning
+//! every Task in the store. Plain data behind one lock; unit-tested by feeding it events.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::RwLock;
+
+use kube::ResourceExt;
+use kube::runtime::watcher;
+
+use crate::crd::Task;
+
+/// (namespace, Environment name).
+type EnvOf = (String, String);
+
+#[derive(Default)]
+pub struct TaskIndex {
+    inner: RwLock<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_env: HashMap<EnvOf, BTreeSet<String>>,
+    /// (namespace, task) -> its environment, to move or drop it.
+    env_of: HashMap<(String, String), String>,
+    /// A relist in progress: what it has listed so far.
+    relist: Option<Vec<(String, String, String)>>,
+}
+
+fn key(t: &Task) -> (String, String, String) {
+    (
+        t.namespace().unwrap_or_default(),
+        t.name_any(),
+        t.spec.environment.clone(),
+    )
+}
+
+impl Inner {
+    fn apply(&mut self, (ns, name, env): (String, String, String)) {
+        let task = (ns.clone(), name.clone());
+        if let Some(old) = self.env_of.get(&task)
+            && *old != env
+        {
+            let old = (ns.clone(), old.clone());
+            self.remove(&old, &name);
+        }
+        self.by_env
+            .entry((ns, env.clone()))
+            .or_default()
+            .insert(name);
+        self.env_of.insert(task, env);
+    }
+
+    fn delete(&mut self, ns: &str, name: &str) {
+        if let Some(env) = self.env_of.remove(&(ns.to_string(), name.to_string())) {
+            self.remove(&(ns.to_string(), env), name);
+        }
+    }
+
+    fn remove(&mut self, env: &EnvOf, name: &str) {
+        if let Some(set) = self.by_env.get_mut(env) {
+            set.remove(name);
+            if set.is_empty() {
+                self.by_env.remove(env);
+            }
+        }
+    }
+}
+
+impl TaskIndex {
+    /// Takes one event of the Task watch.
+    pub fn observe(&self, ev: &watcher::Event<Task>) {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        match ev {
+            watcher::Event::Apply(t) => inner.apply(key(t)),
+            watcher::Event::Delete(t) => {
+                let (ns, name, _) = key(t);
+                inner.delete(&ns, &name);
+            }
+            watcher::Event::Init => inner.relist = Some(Vec::new()),
+            watcher::Event::InitApply(t) => {
+                let k = key(t);
+                match inner.relist.as_mut() {
+                    Some(listed) => listed.push(k),
+                    None => inner.apply(k),
+                }
+            }
+            watcher::Event::InitDone => {
+                // The relist is the whole truth: what it did not list is gone.
+                let listed = inner.relist.take().unwrap_or_default();
+                inner.by_env.clear();
+                inner.env_of.clear();
+                for k in listed {
+                    inner.apply(k);
+                }
+            }
+        }
+    }
+
+    /// The names of the tasks of `env` in `namespace`, sorted.
+    pub fn names(&self, namespace: &str, env: &str) -> Vec<String> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner
+            .by_env
+            .get(&(namespace.to_string(), env.to_string()))
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::TaskSpec;
+
+    fn task(ns: &str, name: &str, env: &str) -> Task {
+        let mut t = Task::new(
+            name,
+            TaskSpec {
+                environment: env.into(),
+                task: Default::default(),
+                transition: None,
+            },
+        );
+        t.metadata.namespace = Some(ns.into());
+        t
+    }
+
+    #[test]
+    fn apply_delete_and_relist() {
+        let ix = TaskIndex::default();
+        ix.observe(&watcher::Event::Apply(task("a", "t1", "e1")));
+        ix.observe(&watcher::Event::Apply(task("a", "t2", "e1")));
+        ix.observe(&watcher::Event::Apply(task("b", "t1", "e1")));
+        assert_eq!(ix.names("a", "e1"), ["t1", "t2"]);
+        assert_eq!(ix.names("b", "e1"), ["t1"]);
+        // Moved to another environment (a spec change): counted once, under the new one.
+        ix.observe(&watcher::Event::Apply(task("a", "t2", "e2")));
+        assert_eq!(ix.names("a", "e1"), ["t1"]);
+        assert_eq!(ix.names("a", "e2"), ["t2"]);
+        ix.observe(&watcher::Event::Delete(task("a", "t1", "e1")));
+        assert!(ix.names("a", "e1").is_empty());
+        // A relist replaces everything at its end; until then the old view stands.
+        ix.observe(&watcher::Event::Init);
+        ix.observe(&watcher::Event::InitApply(task("c", "t9", "e9")));
+        assert_eq!(ix.names("a", "e2"), ["t2"]);
+        assert!(ix.names("c", "e9").is_empty());
+        ix.observe(&watcher::Event::InitDone);
+        assert!(ix.names("a", "e2").is_empty());
+        assert!(ix.names("b", "e1").is_empty());
+        assert_eq!(ix.names("c", "e9"), ["t9"]);
+    }
+}
