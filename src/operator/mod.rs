@@ -24,6 +24,7 @@ pub mod service;
 pub mod task_controller;
 pub mod task_index;
 pub mod task_sets;
+pub mod task_step;
 pub mod transition_args;
 
 use std::time::Duration;

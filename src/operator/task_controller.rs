@@ -26,6 +26,7 @@ use super::pod_story;
 use super::runtime::Ctx;
 use super::service::{build_service, service_matches};
 use super::task_sets::TASK_FINALIZER;
+use super::task_step::{self, Next, PodSeen, Seen};
 use super::transition_args;
 use super::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
 use crate::crd::{Task, TaskStatus, TransitionPhase, TransitionStatus};
@@ -120,40 +121,58 @@ fn fail(st: &mut TaskStatus, task: &Task, message: String) {
     }
 }
 
+/// Observes, asks `task_step::next` what to do, and does it.
 async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> Result<()> {
     let ns = task.namespace().unwrap_or_default();
     let name = task.name_any();
     let tref = &task.spec.task;
     step.write_status = true;
-    let pod = ctx.pods.get(&ObjectRef::new(&name).within(&ns));
     let task_uid = task.uid().unwrap_or_default();
-    let pod = match pod {
-        // A pod of an earlier Task of the same name: wait until it is gone.
-        Some(p) if !p.owner_references().iter().any(|o| o.uid == task_uid) => {
-            if p.metadata.deletion_timestamp.is_none() {
-                let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-                delete_ignore_missing(&api, &name, "Pod", &ns).await?;
-            }
-            step.action = Some(Action::requeue(Duration::from_secs(1)));
-            return Ok(());
-        }
-        Some(p) if p.metadata.deletion_timestamp.is_some() => {
-            step.action = Some(Action::requeue(Duration::from_secs(1)));
-            return Ok(());
-        }
-        other => other,
+    let pod = ctx.pods.get(&ObjectRef::new(&name).within(&ns));
+    let pod_seen = match &pod {
+        None => PodSeen::None,
+        Some(p) if !p.owner_references().iter().any(|o| o.uid == task_uid) => PodSeen::Foreign {
+            deleting: p.metadata.deletion_timestamp.is_some(),
+        },
+        Some(p) if p.metadata.deletion_timestamp.is_some() => PodSeen::Deleting,
+        Some(p) => PodSeen::Present {
+            view: observe(p),
+            age: pod_age(p),
+        },
+    };
+    let seen = Seen {
+        mode: tref.control_mode,
+        state: st.state,
+        ended: ended(st),
+        recover: recover_pending(task, st),
+        pod: pod_seen,
+        awaiting_pod: awaiting_store(ctx, POD, &task_uid),
+        has_status: task.status.is_some(),
+        startup_limit: Duration::from_secs(u64::from(ctx.args.startup_timeout_seconds)),
     };
     let labels = task_labels(&task.spec.environment, tref);
-    if tref.control_mode == ControlMode::Hook {
-        return drive_hook(task, ctx, st, step, pod.as_deref(), &labels).await;
-    }
-    let Some(pod) = pod else {
-        if ended(st) {
-            if !recover_pending(task, st) {
-                step.action = Some(Action::await_change());
-                return Ok(());
+    let pod_api = || Api::<Pod>::namespaced(ctx.client.clone(), &ns);
+    let decided = task_step::next(&seen);
+    let pod = match (&decided, pod) {
+        (Next::ClearForeignPod { delete }, _) => {
+            if *delete {
+                delete_ignore_missing(&pod_api(), &name, "Pod", &ns).await?;
             }
-            // RECOVER of a task whose process ended: a fresh pod (the old one is gone).
+            step.action = Some(Action::requeue(Duration::from_secs(1)));
+            return Ok(());
+        }
+        (Next::WaitPodGone, _) => {
+            step.action = Some(Action::requeue(Duration::from_secs(1)));
+            return Ok(());
+        }
+        (Next::Hook, pod) => {
+            return drive_hook(task, ctx, st, step, pod.as_deref(), &labels).await;
+        }
+        (Next::Idle, _) => {
+            step.action = Some(Action::await_change());
+            return Ok(());
+        }
+        (Next::Recreate, _) => {
             info!(task = %name, "RECOVER: creating a new pod");
             st.conditions.retain(|c| c.type_ != COND_ENDED);
             st.state = None;
@@ -165,18 +184,13 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
             create_pod(task, ctx, st, step, &labels, None).await?;
             return Ok(());
         }
-        ctx.live.unfollow(&task_uid);
-        if matches!(
-            st.state,
-            Some(State::Standby | State::Configured | State::Running)
-        ) {
+        (Next::PodVanished, _) => {
+            ctx.live.unfollow(&task_uid);
+            let was = st.state.unwrap_or_default();
             fail(
                 st,
                 task,
-                format!(
-                    "pod {name} disappeared while the task was {}",
-                    st.state.unwrap_or_default()
-                ),
+                format!("pod {name} disappeared while the task was {was}"),
             );
             set_condition(
                 &mut st.conditions,
@@ -188,163 +202,197 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
             );
             return Ok(());
         }
-        if let Some(left) = awaiting_store(ctx, POD, &task_uid) {
-            // Created a moment ago, not in the store yet: its event brings the next reconcile.
+        (Next::AwaitStore(left), _) => {
+            // Its event brings the next reconcile.
+            ctx.live.unfollow(&task_uid);
             step.write_status = false;
-            step.action = Some(Action::requeue(left));
+            step.action = Some(Action::requeue(*left));
             return Ok(());
         }
-        create_pod(task, ctx, st, step, &labels, None).await?;
-        // The pod first (it has to start), then its Service.
-        if st.state != Some(State::Error) {
-            ensure_service(task, ctx, &labels).await?;
+        (Next::CreatePod, _) => {
+            ctx.live.unfollow(&task_uid);
+            create_pod(task, ctx, st, step, &labels, None).await?;
+            // The pod first (it has to start), then its Service.
+            if st.state != Some(State::Error) {
+                ensure_service(task, ctx, &labels).await?;
+            }
+            return Ok(());
         }
-        return Ok(());
+        (_, Some(pod)) => pod,
+        (_, None) => return Ok(()), // every pod-less answer is handled above
     };
+    // A live pod of ours.
     ctx.requested.remove(&(POD, task_uid.clone()));
     ensure_service(task, ctx, &labels).await?;
-
-    let view = observe(&pod);
-    if (view.failure.is_some() || view.succeeded) && recover_pending(task, st) {
-        // RECOVER of a task whose ended pod was kept: delete it, then make a fresh one.
+    let PodSeen::Present { view, .. } = &seen.pod else {
+        return Ok(());
+    };
+    if decided == Next::ReplaceEndedPod {
         st.conditions.retain(|c| c.type_ != COND_ENDED);
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-        delete_ignore_missing(&api, &name, "Pod", &ns).await?;
+        delete_ignore_missing(&pod_api(), &name, "Pod", &ns).await?;
         step.action = Some(Action::requeue(Duration::from_secs(1)));
         return Ok(());
     }
-    record_pod(st, &view, &pod);
-    if let Some(failure) = view.failure {
-        ctx.live.unfollow(&task_uid);
-        forget_endpoint(task);
-        let first = !ended(st);
-        if first {
-            // Once: the story of the failure (last log lines, the pod's Warning events)
-            // into the status and a Kubernetes Event. The pod is kept for its logs until
-            // the environment goes (or a RECOVER replaces it).
-            st.last_log = pod_story::termination_message(&pod);
-            st.pod_events = pod_story::warning_events(&ctx.client, &pod).await;
-            let mut note = failure.clone();
-            if let Some(last) = st.last_log.as_deref().and_then(|l| l.lines().last()) {
-                note.push_str(&format!("; last log line: {last}"));
+    record_pod(st, view, &pod);
+    match decided {
+        Next::Failed(failure) => process_failed(task, ctx, st, step, &pod, failure, view).await,
+        Next::BasicCompleted => {
+            // A basic task's process ran to completion (the anchor's basic tasks): the task
+            // keeps following the environment's transitions; its pod stays until the
+            // environment goes.
+            if matches!(st.state, None | Some(State::Deploying)) {
+                st.state = Some(State::Standby);
             }
-            publish(ctx, task, "ProcessFailed", note).await;
-        } else if st.pod_events.is_empty() && ended_for(st) < EVENTS_GRACE {
-            // The kubelet's events may be written just after the status that failed it.
-            st.pod_events = pod_story::warning_events(&ctx.client, &pod).await;
-        }
-        fail(st, task, failure);
-        set_condition(
-            &mut st.conditions,
-            COND_ENDED,
-            true,
-            "Failed",
-            &view.phase,
-            task.metadata.generation,
-        );
-        step.action = Some(
-            if st.pod_events.is_empty() && ended_for(st) < EVENTS_GRACE {
-                Action::requeue(Duration::from_secs(1))
-            } else {
-                Action::await_change()
-            },
-        );
-        return Ok(());
-    }
-    if view.succeeded && tref.control_mode == ControlMode::Basic {
-        // A basic task's process ran to completion (the anchor's basic tasks): the task keeps
-        // following the environment's transitions; its pod stays until the environment goes.
-        if matches!(st.state, None | Some(State::Deploying)) {
-            st.state = Some(State::Standby);
-        }
-        set_condition(
-            &mut st.conditions,
-            COND_ENDED,
-            true,
-            "Succeeded",
-            "process ran to completion (exit code 0)",
-            task.metadata.generation,
-        );
-        let deadline = ctx.args.control_deadline(tref.timeout_seconds);
-        transition(task, st, None, deadline, false).await;
-        step.action = Some(Action::await_change());
-        return Ok(());
-    }
-    if view.succeeded {
-        st.state = Some(State::Done);
-        set_condition(
-            &mut st.conditions,
-            COND_ENDED,
-            true,
-            "Succeeded",
-            "process exited with code 0",
-            task.metadata.generation,
-        );
-        step.delete_pod = true;
-        step.action = Some(Action::await_change());
-        return Ok(());
-    }
-    // A live pod: its process has not ended (a status read before a RECOVER may say so).
-    st.conditions.retain(|c| c.type_ != COND_ENDED);
-    let (Some(ip), true) = (view.ip.as_deref(), view.phase == "Running") else {
-        if st.state.is_none() {
-            st.state = Some(State::Deploying);
-        }
-        let age = pod_age(&pod);
-        let limit = Duration::from_secs(u64::from(ctx.args.startup_timeout_seconds));
-        if age >= limit {
-            // Not Running in time: a failure, told in the pod's own words.
-            let mut why = pod_story::pending_reasons(&pod);
-            let events = pod_story::warning_events(&ctx.client, &pod).await;
-            why.extend(events.iter().cloned());
-            let msg = format!(
-                "pod not Running after {}s (phase {}){}",
-                limit.as_secs(),
-                view.phase,
-                if why.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", why.join("; "))
-                }
-            );
-            st.pod_events = events;
-            publish(ctx, task, "StartupFailed", msg.clone()).await;
-            fail(st, task, msg);
             set_condition(
                 &mut st.conditions,
                 COND_ENDED,
                 true,
-                "StartupTimeout",
-                &view.phase,
+                "Succeeded",
+                "process ran to completion (exit code 0)",
                 task.metadata.generation,
             );
-            // It never ran: nothing to keep, and it must not start later unmanaged.
+            let deadline = ctx.args.control_deadline(tref.timeout_seconds);
+            transition(task, st, None, deadline, false).await;
+            step.action = Some(Action::await_change());
+        }
+        Next::Completed => {
+            st.state = Some(State::Done);
+            set_condition(
+                &mut st.conditions,
+                COND_ENDED,
+                true,
+                "Succeeded",
+                "process exited with code 0",
+                task.metadata.generation,
+            );
             step.delete_pod = true;
             step.action = Some(Action::await_change());
-            return Ok(());
         }
-        // A pod that starts gets one status write (when its process answers); failures are
-        // reported at once above, and a pod not Running at the start-up timeout then.
-        let left = limit - age;
-        if age < PENDING_REPORT && task.status.is_none() {
-            step.write_status = false;
-            step.action = Some(Action::requeue((PENDING_REPORT - age).min(left)));
+        Next::StartupTimeout => {
+            // A live pod: its process has not ended (a status read before a RECOVER may say so).
+            st.conditions.retain(|c| c.type_ != COND_ENDED);
+            st.state.get_or_insert(State::Deploying);
+            startup_failed(task, ctx, st, step, &pod, view).await;
+        }
+        Next::Starting { quiet, after } => {
+            st.conditions.retain(|c| c.type_ != COND_ENDED);
+            st.state.get_or_insert(State::Deploying);
+            step.write_status = !quiet;
+            step.action = Some(Action::requeue(after));
+        }
+        Next::BadIp(ip) => {
+            st.conditions.retain(|c| c.type_ != COND_ENDED);
+            fail(st, task, format!("pod IP {ip:?} does not parse"));
+        }
+        Next::Control(ip) => {
+            st.conditions.retain(|c| c.type_ != COND_ENDED);
+            control(task, ctx, st, step, &pod, ip).await;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The process failed: once, its story (last log lines, the pod's Warning events) into the
+/// status and an Event; the pod is kept for its logs until the environment goes (or a
+/// RECOVER replaces it).
+async fn process_failed(
+    task: &Task,
+    ctx: &Ctx,
+    st: &mut TaskStatus,
+    step: &mut Step,
+    pod: &Pod,
+    failure: String,
+    view: &PodView,
+) {
+    ctx.live.unfollow(&task.uid().unwrap_or_default());
+    forget_endpoint(task);
+    if !ended(st) {
+        st.last_log = pod_story::termination_message(pod);
+        st.pod_events = pod_story::warning_events(&ctx.client, pod).await;
+        let mut note = failure.clone();
+        if let Some(last) = st.last_log.as_deref().and_then(|l| l.lines().last()) {
+            note.push_str(&format!("; last log line: {last}"));
+        }
+        publish(ctx, task, "ProcessFailed", note).await;
+    } else if st.pod_events.is_empty() && ended_for(st) < EVENTS_GRACE {
+        // The kubelet's events may be written just after the status that failed it.
+        st.pod_events = pod_story::warning_events(&ctx.client, pod).await;
+    }
+    fail(st, task, failure);
+    set_condition(
+        &mut st.conditions,
+        COND_ENDED,
+        true,
+        "Failed",
+        &view.phase,
+        task.metadata.generation,
+    );
+    step.action = Some(
+        if st.pod_events.is_empty() && ended_for(st) < EVENTS_GRACE {
+            Action::requeue(Duration::from_secs(1))
         } else {
-            step.action = Some(Action::requeue(left));
+            Action::await_change()
+        },
+    );
+}
+
+/// Not Running in time: a failure, told in the pod's own words; the pod is deleted (it never
+/// ran: nothing to keep, and it must not start later unmanaged).
+async fn startup_failed(
+    task: &Task,
+    ctx: &Ctx,
+    st: &mut TaskStatus,
+    step: &mut Step,
+    pod: &Pod,
+    view: &PodView,
+) {
+    let limit = ctx.args.startup_timeout_seconds;
+    let mut why = pod_story::pending_reasons(pod);
+    let events = pod_story::warning_events(&ctx.client, pod).await;
+    why.extend(events.iter().cloned());
+    let msg = format!(
+        "pod not Running after {limit}s (phase {}){}",
+        view.phase,
+        if why.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", why.join("; "))
         }
-        return Ok(());
-    };
-    let Ok(ip) = ip.parse::<IpAddr>() else {
-        fail(st, task, format!("pod IP {ip:?} does not parse"));
-        return Ok(());
-    };
+    );
+    st.pod_events = events;
+    publish(ctx, task, "StartupFailed", msg.clone()).await;
+    fail(st, task, msg);
+    set_condition(
+        &mut st.conditions,
+        COND_ENDED,
+        true,
+        "StartupTimeout",
+        &view.phase,
+        task.metadata.generation,
+    );
+    step.delete_pod = true;
+    step.action = Some(Action::await_change());
+}
+
+/// A Running pod: read the process's state once (and again after an operator restart), then
+/// drive its transition and follow it.
+async fn control(
+    task: &Task,
+    ctx: &Ctx,
+    st: &mut TaskStatus,
+    step: &mut Step,
+    pod: &Pod,
+    ip: IpAddr,
+) {
+    let tref = &task.spec.task;
+    let task_uid = task.uid().unwrap_or_default();
     let ep = TaskEndpoint {
         addr: SocketAddr::new(ip, tref.control_port),
         mode: tref.control_mode,
     };
     let deadline = ctx.args.control_deadline(tref.timeout_seconds);
     let protocol = matches!(tref.control_mode, ControlMode::Direct | ControlMode::Fairmq);
-
     if matches!(st.state, None | Some(State::Deploying))
         || (protocol && !ctx.verified.contains(&task_uid))
     {
@@ -361,16 +409,16 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
                     }
                 }
                 Err(e) => {
-                    let since = running_for(&pod);
+                    let since = running_for(pod);
                     let limit = Duration::from_secs(u64::from(ctx.args.connect_timeout_seconds));
                     if since < limit {
-                        debug!(task = %name, error = %e, "control port not reachable yet");
+                        debug!(task = %task.name_any(), error = %e, "control port not reachable yet");
                         st.state.get_or_insert(State::Deploying);
                         // Nothing to report yet: the write comes with the answer (or the
                         // failure once the limit has passed).
                         step.write_status = false;
                         step.action = Some(Action::requeue(Duration::from_millis(500)));
-                        return Ok(());
+                        return;
                     }
                     fail(
                         st,
@@ -381,7 +429,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
                             limit.as_secs()
                         ),
                     );
-                    return Ok(());
+                    return;
                 }
             }
         }
@@ -390,7 +438,6 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
     if protocol && !ctx.args.no_live_state {
         follow_live(task, ctx, st, &ep).await;
     }
-    Ok(())
 }
 
 /// Keeps a follower on the task process while it runs, and applies what it saw.
@@ -709,10 +756,6 @@ fn forget_endpoint(task: &Task) {
         control_api::forget(&SocketAddr::new(ip, task.spec.task.control_port));
     }
 }
-
-/// How long a fresh pod may stay Pending before its Task reports it (no status write per
-/// task while thousands of pods start; failures are reported at once regardless).
-const PENDING_REPORT: Duration = Duration::from_secs(60);
 
 /// How long a Pod or Service this operator created may stay out of its store before it is
 /// created again (normally its watch event arrives well within this).
