@@ -18,7 +18,9 @@ use tracing::{info, warn};
 
 use super::aggregate::aggregate;
 use super::runtime::Ctx;
-use super::task_sets::{ENV_FINALIZER, SetProblem, build_task, collect_tasks, task_up_to_date};
+use super::task_sets::{
+    ENV_FINALIZER, SetProblem, TaskWrites, build_task, collect_tasks, task_writes,
+};
 use super::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
 use super::{calls, hooks};
 use crate::crd::{
@@ -139,26 +141,29 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
         _ => None,
     };
     if old.observed_generation != generation || !created_before || gate.is_some() {
-        let writes: Vec<Task> = refs
+        let stored: Vec<Arc<Task>> = ctx
+            .tasks_of(&ns, &name)
+            .into_iter()
+            .filter(|t| mine(t))
+            .collect();
+        let by_name: HashMap<String, &Task> =
+            stored.iter().map(|t| (t.name_any(), t.as_ref())).collect();
+        let wanted: Vec<(Task, Option<&Task>)> = refs
             .iter()
-            .filter_map(|r| {
+            .map(|r| {
                 let mut want = build_task(&env, r);
-                let existing = ctx.tasks.get(&reflector_ref::<Task>(&r.name, &ns));
+                let existing = by_name.get(&r.name).copied();
                 if let Some((req, (gate, start))) = &gate {
-                    want.spec.transition =
-                        gated_transition(r, existing.as_deref(), req, gate, start);
+                    want.spec.transition = gated_transition(r, existing, req, gate, start);
                 }
-                match existing {
-                    // Being deleted (killed or replaced): not re-created in this generation.
-                    Some(t) if t.metadata.deletion_timestamp.is_some() => None,
-                    Some(t) if task_up_to_date(&t, &want) => None,
-                    Some(_) => Some(want),
-                    // Created once already and since deleted (a killed task): stays gone.
-                    None if created_before => None,
-                    None => Some(want),
-                }
+                (want, existing)
             })
             .collect();
+        let mine_now: Vec<&Task> = stored.iter().map(|t| t.as_ref()).collect();
+        let TaskWrites {
+            apply: writes,
+            delete: stale,
+        } = task_writes(wanted, &mine_now, created_before);
         let total = writes.len();
         let task_api: Api<Task> = Api::namespaced(ctx.client.clone(), &ns);
         let pp = PatchParams::apply(FIELD_MANAGER).force();
@@ -177,16 +182,6 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
             .buffer_unordered(ctx.args.apply_concurrency.max(1))
             .try_for_each(|_| async { Ok(()) })
             .await?;
-        // Tasks of this environment that no reference names any more (a new render).
-        let wanted: std::collections::HashSet<&str> =
-            refs.iter().map(|r| r.name.as_str()).collect();
-        let stale: Vec<String> = ctx
-            .tasks_of(&ns, &name)
-            .iter()
-            .filter(|t| mine(t) && t.metadata.deletion_timestamp.is_none())
-            .map(|t| t.name_any())
-            .filter(|n| !wanted.contains(n.as_str()))
-            .collect();
         for t in &stale {
             delete_ignore_missing(&task_api, t, "Task", &ns).await?;
         }

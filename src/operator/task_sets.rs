@@ -123,6 +123,44 @@ pub fn task_up_to_date(existing: &Task, want: &Task) -> bool {
             .any(|o| Some(&o.uid) == want.owner_references().first().map(|w| &w.uid))
 }
 
+/// What an Environment reconcile writes to its Tasks.
+#[derive(Debug, Default)]
+pub struct TaskWrites {
+    pub apply: Vec<Task>,
+    /// Tasks of the environment that no reference names any more (a new render).
+    pub delete: Vec<String>,
+}
+
+/// Decides the writes from each reference's wanted Task beside the stored one, and the
+/// environment's stored Tasks: a Task is written when it differs, or when it is missing and
+/// the environment's Tasks were never created (a killed task stays gone); one being deleted
+/// is left alone.
+pub fn task_writes(
+    wanted: Vec<(Task, Option<&Task>)>,
+    mine: &[&Task],
+    created_before: bool,
+) -> TaskWrites {
+    let names: std::collections::HashSet<String> =
+        wanted.iter().map(|(w, _)| w.name_any()).collect();
+    let apply = wanted
+        .into_iter()
+        .filter_map(|(want, existing)| match existing {
+            Some(t) if t.metadata.deletion_timestamp.is_some() => None,
+            Some(t) if task_up_to_date(t, &want) => None,
+            Some(_) => Some(want),
+            None if created_before => None,
+            None => Some(want),
+        })
+        .collect();
+    let delete = mine
+        .iter()
+        .filter(|t| t.metadata.deletion_timestamp.is_none())
+        .map(|t| t.name_any())
+        .filter(|n| !names.contains(n))
+        .collect();
+    TaskWrites { apply, delete }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -241,5 +279,42 @@ mod tests {
         let mut changed = t.clone();
         changed.spec.transition = None;
         assert!(!task_up_to_date(&changed, &t));
+    }
+
+    #[test]
+    fn writes_what_differs_creates_once_and_deletes_what_no_reference_names() {
+        let env = env_with(&[], 0);
+        let r = |n: &str| TaskRef {
+            name: n.into(),
+            node: "flp001".into(),
+            ..TaskRef::default()
+        };
+        let same = build_task(&env, &r("same"));
+        let mut changed = build_task(&env, &r("changed"));
+        changed.spec.task.command = "old".into();
+        let mut going = build_task(&env, &r("going"));
+        going.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+        );
+        let orphan = build_task(&env, &r("orphan"));
+        let wanted = |refs: &[&str]| -> Vec<(Task, Option<&Task>)> {
+            refs.iter()
+                .map(|n| {
+                    let existing = [&same, &changed, &going, &orphan]
+                        .into_iter()
+                        .find(|t| t.name_any() == *n);
+                    (build_task(&env, &r(n)), existing)
+                })
+                .collect()
+        };
+        let mine = [&same, &changed, &going, &orphan];
+        let w = task_writes(wanted(&["same", "changed", "going", "new"]), &mine, false);
+        let applied: Vec<String> = w.apply.iter().map(|t| t.name_any()).collect();
+        assert_eq!(applied, ["changed", "new"]);
+        assert_eq!(w.delete, ["orphan"]);
+        // Created before: a missing Task (killed) stays gone.
+        let w = task_writes(wanted(&["same", "new"]), &mine, true);
+        assert!(w.apply.is_empty());
+        assert_eq!(w.delete, ["changed", "orphan"]);
     }
 }
