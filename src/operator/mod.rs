@@ -26,6 +26,7 @@ pub mod task_index;
 pub mod task_sets;
 pub mod task_step;
 pub mod transition_args;
+pub mod trim;
 
 use std::time::Duration;
 

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::pod::PodSettings;
+use super::trim;
 use super::{Error, OperatorArgs, Result, env_controller, task_controller};
 use crate::crd::{Environment, Task, TaskSet, TaskTemplate, labels};
 use crate::launch::{self, logging::LogFormat};
@@ -64,10 +65,12 @@ where
     }
 }
 
-/// A watch with backoff, managedFields dropped, mirrored into a store.
+/// A watch with backoff, managedFields dropped and `trim` applied (the store keeps only what
+/// the operator reads), mirrored into a store.
 fn reflect<K>(
     api: Api<K>,
     cfg: watcher::Config,
+    trim: fn(&mut K),
 ) -> (
     Store<K>,
     impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
@@ -84,9 +87,12 @@ where
     let (reader, writer) = reflector::store();
     let stream = reflector::reflector(
         writer,
-        watcher(api, cfg).default_backoff().modify(|o: &mut K| {
-            o.managed_fields_mut().clear();
-        }),
+        watcher(api, cfg)
+            .default_backoff()
+            .modify(move |o: &mut K| {
+                o.managed_fields_mut().clear();
+                trim(o);
+            }),
     );
     (reader, stream)
 }
@@ -177,12 +183,21 @@ pub async fn run_controllers(
         .any_semantic();
     let plain = watcher::Config::default().any_semantic();
 
-    let (tasks, task_stream) = reflect(scoped::<Task>(&client, ns), managed.clone());
-    let (pods, pod_stream) = reflect(scoped::<Pod>(&client, ns), managed.clone());
-    let (services, svc_stream) = reflect(scoped::<Service>(&client, ns), managed.clone());
-    let (task_sets, set_stream) = reflect(scoped::<TaskSet>(&client, ns), plain.clone());
-    let (nodes, node_stream) = reflect(Api::<Node>::all(client.clone()), plain.clone());
-    let (templates, tmpl_stream) = reflect(Api::<TaskTemplate>::all(client.clone()), plain.clone());
+    let (tasks, task_stream) = reflect(scoped::<Task>(&client, ns), managed.clone(), trim::keep);
+    let (pods, pod_stream) = reflect(scoped::<Pod>(&client, ns), managed.clone(), trim::pod);
+    let (services, svc_stream) = reflect(
+        scoped::<Service>(&client, ns),
+        managed.clone(),
+        trim::service,
+    );
+    let (task_sets, set_stream) =
+        reflect(scoped::<TaskSet>(&client, ns), plain.clone(), trim::keep);
+    let (nodes, node_stream) = reflect(Api::<Node>::all(client.clone()), plain.clone(), trim::node);
+    let (templates, tmpl_stream) = reflect(
+        Api::<TaskTemplate>::all(client.clone()),
+        plain.clone(),
+        trim::keep,
+    );
     let background = [
         drain("nodes", node_stream),
         drain("tasktemplates", tmpl_stream),
