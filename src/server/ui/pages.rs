@@ -27,7 +27,8 @@ fn html(code: StatusCode, body: String) -> Response {
             (header::CACHE_CONTROL, "no-store"),
             (header::CONTENT_SECURITY_POLICY, CSP),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-            (header::REFERRER_POLICY, "no-referrer"),
+            // Not `no-referrer`: with it a browser sends `Origin: null` on form posts.
+            (header::REFERRER_POLICY, "same-origin"),
         ],
         body,
     )

@@ -26,7 +26,7 @@
 
   const head = el('div', { class: 'envhead', id: 'env-head' });
   const actions = el('div', { class: 'actions', id: 'env-actions' });
-  const failing = el('div', { class: 'failing', id: 'failing', hidden: true });
+  const failing = el('div', { class: 'failing-box', id: 'failing', hidden: true });
   const selState = el('select', { id: 'f-state', onchange: (e) => { filter.state = e.target.value; later(); } });
   const selNode = el('select', { id: 'f-node', onchange: (e) => { filter.node = e.target.value; later(); } });
   const selClass = el('select', { id: 'f-class', onchange: (e) => { filter.cls = e.target.value; later(); } });
@@ -163,10 +163,7 @@
         r.className = 'row group' + (g.bad ? ' bad' : '');
         delete r.dataset.task;
         r.removeAttribute('title');
-        c[0].textContent = 'node ' + g.node;
-        c[1].textContent = '';
-        for (let k = 2; k < 6; k++) c[k].textContent = '';
-        c[6].textContent = 'role ' + g.role + ' · ' + g.tasks.length + ' task' + (g.tasks.length > 1 ? 's' : '') + (g.bad ? ' · ' + g.bad + ' failing' : '');
+        c[0].textContent = 'node ' + g.node + ' · role ' + g.role + ' · ' + g.tasks.length + ' task' + (g.tasks.length > 1 ? 's' : '') + (g.bad ? ' · ' + g.bad + ' failing' : '');
       } else {
         const t = item.task;
         r.className = 'row task' + (isFailing(t) ? ' failing' : '') + (t.name === selected ? ' selected' : '');

@@ -143,7 +143,11 @@
   async function submit() {
     const [wf, vals] = currentVars();
     if (!wf) return;
-    const variables = { hosts: $('#hosts').value.trim() };
+    // Workflows range over `hosts` as a JSON list: a comma list is sent as one.
+    const hosts = $('#hosts').value.trim();
+    const variables = {
+      hosts: hosts.startsWith('[') ? hosts : JSON.stringify(hosts.split(',').map((h) => h.trim()).filter((h) => h)),
+    };
     for (const d of wf.vars) {
       const box = $('[data-var="' + CSS.escape(d.name) + '"]', form);
       if (box && !box.hidden) variables[d.name] = vals[d.name];
