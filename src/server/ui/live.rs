@@ -49,6 +49,8 @@ struct Feed {
     snapshot_due: bool,
     leader: bool,
     done: bool,
+    /// Session and leader checks, on their own clock (not reset by roster changes).
+    check: tokio::time::Interval,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -137,7 +139,7 @@ impl Feed {
         loop {
             let first = tokio::select! {
                 c = self.rx.recv() => c,
-                _ = tokio::time::sleep(CHECK_EVERY) => {
+                _ = self.check.tick() => {
                     if self.ui.sessions.caller(&self.session).is_none() {
                         self.done = true;
                         return Some(SseEvent::default().event("expired").data("session ended"));
@@ -191,6 +193,7 @@ pub fn stream(
         env,
         snapshot_due: true,
         done: false,
+        check: tokio::time::interval_at(tokio::time::Instant::now() + CHECK_EVERY, CHECK_EVERY),
         _slot: slot,
     };
     let s = futures::stream::unfold(

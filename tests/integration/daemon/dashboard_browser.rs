@@ -245,3 +245,175 @@ fn sim_change_ms(log: &Path) -> u64 {
         })
         .unwrap_or_else(|| panic!("{}: no self-inflicted change logged", log.display()))
 }
+
+/// The environment page with 2,000 tasks: only the rows in view exist, a change of one task
+/// shows in place (failing first) at once, a burst of 2,000 changes is taken in, filters and
+/// scrolling work. The tasks are put straight into the daemon's roster (the page's source):
+/// the path from the cluster into the roster is the daemon tests' and the test above's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_with_2000_tasks_renders_only_what_is_visible_and_updates_in_place() {
+    use envbridge::roster::{EnvKey, EnvRecord, TaskRecord};
+    use envbridge::state::State;
+    use std::time::SystemTime;
+
+    require_chromium();
+    let ns = TestNamespace::new("dash-big").await;
+    let d = Daemon::start_with_tokens(
+        ns.client.clone(),
+        fixed_ns(&ns.name),
+        fixture::test_renderer("unused"),
+        Some(tokens()),
+    )
+    .await;
+    let r = d.bridge.roster.clone();
+    let key = EnvKey::new(&ns.name, "big");
+    r.apply_env(EnvRecord {
+        key: key.clone(),
+        id: "big".into(),
+        workflow: "readout-dataflow".into(),
+        nodes: 100,
+        tasks: 2000,
+        desired: State::Running,
+        state: Some(State::Running),
+        requested: None,
+        observed: None,
+        failing: vec![],
+        deleting: false,
+        run_number: Some("77".into()),
+        created_at: SystemTime::now(),
+        changed_at: SystemTime::now(),
+    });
+    let classes = ["readout", "stfbuilder", "stfsender", "qc"];
+    let task = |i: usize, state: State, message: Option<&str>| {
+        let node = format!("flp{:03}", i / 20 + 1);
+        TaskRecord {
+            name: format!("big-task-{i:04}").into(),
+            env: key.clone(),
+            node: r.intern(&node),
+            class: r.intern(classes[i % 4]),
+            path: format!("big.host-{node}.role{}.t{i:04}", i % 4).into(),
+            critical: true,
+            state,
+            pod_phase: Some(r.intern("Running")),
+            pod_ip: Some(r.intern(&format!("127.1.{}.{}", i / 250, i % 250))),
+            message: message.map(Into::into),
+            transition: None,
+            ports: vec![40000 + (i % 20) as u16].into(),
+            control_port: 40000 + (i % 20) as u16,
+            deleting: false,
+            changed_at: SystemTime::now(),
+        }
+    };
+    for i in 0..2000 {
+        r.apply_task(task(i, State::Running, None));
+    }
+
+    let b = Browser::start().await;
+    let base = format!("http://{}", d.http);
+    b.goto(&format!("{base}/ui/login")).await;
+    b.type_in("#token", ADMIN).await;
+    b.click("#login-submit").await;
+    b.find("body[data-page=list]", STEP).await;
+    b.goto(&format!("{base}/ui/env/big")).await;
+    let loaded = Instant::now();
+    wait_text(&b, "#task-count", "2000 of 2000 tasks").await;
+    eprintln!(
+        "dashboard: 2,000 tasks listed {:?} after the page loaded",
+        loaded.elapsed()
+    );
+    let rows = b
+        .js("return document.querySelectorAll('.row').length", json!([]))
+        .await;
+    let rows = rows.as_u64().expect("rows");
+    assert!(
+        (10..=80).contains(&rows),
+        "{rows} row elements for 2,000 tasks"
+    );
+
+    // One task fails: its row comes first, highlighted, in place.
+    b.js(
+        "window.__sameDocument = 'yes';
+         new MutationObserver(() => {
+           if (!window.__failSeenAt && document.querySelector('.row.task.failing')) window.__failSeenAt = Date.now();
+         }).observe(document.body, {subtree: true, childList: true, attributes: true});
+         return 1",
+        json!([]),
+    )
+    .await;
+    let sent = unix_ms();
+    r.apply_task(task(1234, State::Error, Some("boom: injected")));
+    b.find(".row.task.failing[data-task=big-task-1234]", STEP)
+        .await;
+    let seen = b.js("return window.__failSeenAt || 0", json!([])).await;
+    let latency = (seen.as_i64().expect("time") as u64).saturating_sub(sent);
+    eprintln!(
+        "dashboard: a change of one task in 2,000 shown {latency} ms after the roster had it"
+    );
+    let first = b
+        .js(
+            "return document.querySelector('.row.task').dataset.task",
+            json!([]),
+        )
+        .await;
+    assert_eq!(first, "big-task-1234", "the failing task comes first");
+    b.screenshot("11-2000-tasks").await;
+
+    // A burst: every task changes at once; the page takes it in and stays the same document.
+    let sent = Instant::now();
+    for i in 0..2000 {
+        r.apply_task(task(i, State::Configured, None));
+    }
+    wait_text(&b, "#env-ready", "0 / 2000").await;
+    eprintln!(
+        "dashboard: a burst of 2,000 task changes shown within {:?}",
+        sent.elapsed()
+    );
+    let same = b.js("return window.__sameDocument || ''", json!([])).await;
+    assert_eq!(same, "yes", "no reload");
+
+    // Scrolling brings the last rows; a filter narrows the list.
+    b.js(
+        "const s = document.querySelector('#task-rows'); s.scrollTop = s.scrollHeight; s.dispatchEvent(new Event('scroll')); return 1",
+        json!([]),
+    )
+    .await;
+    b.find(".row.task[data-task=big-task-1999]", STEP).await;
+    b.js(
+        "const s = document.querySelector('#f-node'); s.value = 'flp003'; s.dispatchEvent(new Event('change')); return 1",
+        json!([]),
+    )
+    .await;
+    wait_text(&b, "#task-count", "20 of 2000 tasks").await;
+
+    // The replica loses the lead: the open page turns read-only by itself.
+    d.bridge
+        .leader_flag()
+        .store(false, std::sync::atomic::Ordering::Release);
+    b.find("#standby:not([hidden])", STEP).await;
+    b.find("#env-actions[hidden]", STEP).await;
+    b.screenshot("12-standby-read-only").await;
+    drop(b);
+    drop(d);
+}
+
+async fn wait_text(b: &Browser, css: &str, want: &str) {
+    let started = Instant::now();
+    loop {
+        let got = b.text(css).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < STEP,
+            "{css}: {got:?}, not {want:?} within {STEP:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

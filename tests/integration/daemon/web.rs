@@ -313,10 +313,17 @@ impl Browser {
         }
     }
 
+    /// Clicks the element `css` selects (found again if the page replaced it meanwhile).
     pub async fn click(&self, css: &str) {
-        let e = self.find(css, Duration::from_secs(20)).await;
-        self.wd("POST", &self.s(&format!("/element/{e}/click")), json!({}))
-            .await;
+        for _ in 0..5 {
+            let e = self.find(css, Duration::from_secs(20)).await;
+            let path = self.s(&format!("/element/{e}/click"));
+            if self.try_wd("POST", &path, json!({})).await.is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("could not click {css}");
     }
 
     /// Clears the input `css` selects and types `text`.

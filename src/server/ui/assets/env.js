@@ -67,16 +67,18 @@
       env.observed ? kv('last transition', env.observed.event + ' ' + env.observed.phase + (env.observed.message ? ': ' + env.observed.message : '')) : null);
   }
 
+  // The buttons are made once and updated in place (never replaced under a pointer).
+  const buttons = Object.entries(EVENTS).map(([ev, t]) => [t, el('button', {
+    'data-event': ev, class: ev === 'START' ? 'primary' : '', onclick: () => transition(ev), text: ev,
+  })]);
+  const destroyButton = el('button', { id: 'destroy', class: 'danger', onclick: destroy, text: 'Destroy' });
+  actions.append(...buttons.map(([, b]) => b), el('span', { class: 'spacer' }), destroyButton);
+
   function renderActions() {
     const state = env && env.state;
     const act = canAct() && env && !gone && !env.deleting && !busy;
-    actions.replaceChildren(
-      ...Object.entries(EVENTS).map(([ev, t]) => el('button', {
-        'data-event': ev, class: ev === 'START' ? 'primary' : '',
-        disabled: !act || !t.from.includes(state), onclick: () => transition(ev), text: ev,
-      })),
-      el('span', { class: 'spacer' }),
-      el('button', { id: 'destroy', class: 'danger', disabled: !act, onclick: destroy, text: 'Destroy' }));
+    for (const [t, b] of buttons) b.disabled = !act || !t.from.includes(state);
+    destroyButton.disabled = !act;
     actions.hidden = !canAct();
   }
 
