@@ -199,6 +199,24 @@ async fn dashboard_in_a_real_browser_drives_an_environment_and_shows_a_failure_l
         .await;
     assert_eq!(stop_disabled, json!(true));
 
+    // Kill one task (a readout on flp001) from its story, confirmed: it leaves the page.
+    let victim = b
+        .js(
+            "return [...document.querySelectorAll('.row.task')].map(r => r.dataset.task).find(n => n.startsWith('readout-flp001'))",
+            json!([]),
+        )
+        .await;
+    let victim = victim.as_str().expect("a readout on flp001").to_string();
+    b.click(&format!(".row.task[data-task=\"{victim}\"]")).await;
+    b.find("#story h2", STEP).await;
+    b.click("#kill-task").await;
+    b.find("#confirm[open]", STEP).await;
+    b.click("#confirm-ok").await;
+    b.find("#action-done", STEP).await;
+    let killed = b.text("#action-done").await;
+    assert_eq!(killed, format!("{victim} is gone"));
+    wait_text(&b, "#task-count", "5 of 5 tasks").await;
+
     // Destroy, confirmed; the page says when everything is gone.
     b.click("#destroy").await;
     b.click("#confirm-ok").await;
@@ -391,6 +409,13 @@ async fn dashboard_with_2000_tasks_renders_only_what_is_visible_and_updates_in_p
         .store(false, std::sync::atomic::Ordering::Release);
     b.find("#standby:not([hidden])", STEP).await;
     b.find("#env-actions[hidden]", STEP).await;
+    let shown = b
+        .js(
+            "return [...document.querySelectorAll('#env-actions button, #nav-new')].filter(e => e.offsetParent !== null).length",
+            json!([]),
+        )
+        .await;
+    assert_eq!(shown, json!(0), "no action is offered on a standby");
     b.screenshot("12-standby-read-only").await;
     drop(b);
     drop(d);

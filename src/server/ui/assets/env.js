@@ -64,7 +64,7 @@
       kv('ready', env.ready + ' / ' + env.tasks, { id: 'env-ready' }),
       kv('run', env.run_number || '—', { id: 'env-run' }),
       kv('age', ago(env.created_ms)),
-      env.observed ? kv('last transition', env.observed.event + ' ' + env.observed.phase + (env.observed.message ? ': ' + env.observed.message : '')) : null);
+      ...(env.observed ? [kv('last transition', env.observed.event + ' ' + env.observed.phase + (env.observed.message ? ': ' + env.observed.message : ''))] : []));
   }
 
   // The buttons are made once and updated in place (never replaced under a pointer).
