@@ -331,7 +331,8 @@ async fn dashboard_with_2000_tasks_renders_only_what_is_visible_and_updates_in_p
     b.goto(&format!("{base}/ui/login")).await;
     b.type_in("#token", ADMIN).await;
     b.click("#login-submit").await;
-    b.find("body[data-page=list]", STEP).await;
+    b.find("tr[data-env=big]", STEP).await;
+    b.screenshot("13-environments").await;
     b.goto(&format!("{base}/ui/env/big")).await;
     let loaded = Instant::now();
     wait_text(&b, "#task-count", "2000 of 2000 tasks").await;

@@ -79,10 +79,11 @@
     const act = canAct() && env && !gone && !env.deleting && !busy;
     for (const [t, b] of buttons) b.disabled = !act || !t.from.includes(state);
     destroyButton.disabled = !act;
-    actions.hidden = !canAct();
+    actions.hidden = !canAct() || gone;
   }
 
   function renderFailing() {
+    if (gone) { failing.hidden = true; return; }
     const byName = new Map();
     for (const f of (env && env.failing) || []) byName.set(f.task, { name: f.task, node: f.node, message: f.message });
     for (const t of tasks.values()) if (isFailing(t)) byName.set(t.name, { name: t.name, node: t.node, message: t.message || (byName.get(t.name) || {}).message || '' });
@@ -274,7 +275,10 @@
     for (const e of m.envs || []) if (e.id === id || e.key === id) env = e;
     if ((m.envs_gone || []).length) gone = true;
     for (const t of m.tasks || []) tasks.set(t.name, t);
-    for (const n of m.tasks_gone || []) tasks.delete(n);
+    for (const n of m.tasks_gone || []) {
+      tasks.delete(n);
+      if (n === selected) { selected = null; story.hidden = true; }
+    }
     // A selected task that changed state tells its story again.
     if (selected && tasks.has(selected) && tasks.get(selected).state !== storyState && !story.hidden) openStory(selected);
     later();

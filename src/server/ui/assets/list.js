@@ -7,7 +7,7 @@
   const empty = el('p', { class: 'empty', id: 'no-envs', text: 'No environments.' });
   $('#main').append(
     el('div', { class: 'actions' },
-      el('h1', { style: 'margin:0;font-size:20px', text: 'Environments' }),
+      el('h1', { class: 'page-title', text: 'Environments' }),
       el('span', { class: 'spacer' }),
       el('a', { href: '/ui/new', id: 'new-env', hidden: !canAct() }, el('button', { class: 'primary', text: 'New environment' }))),
     el('table', { class: 'envs' },

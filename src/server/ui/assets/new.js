@@ -17,7 +17,7 @@
     Page.role === 'admin' ? el('div', { class: 'field' }, el('label', { for: 'site-vars', text: 'Site variables (admin; the site\'s allow-list)' }),
       el('textarea', { id: 'site-vars', rows: 3, placeholder: 'NAME=value, one per line' })) : null,
     el('div', { class: 'actions' }, el('button', { id: 'create-submit', class: 'primary', type: 'submit', text: 'Create' })));
-  $('#main').append(el('h1', { style: 'font-size:20px;margin:0 0 12px', text: 'New environment' }), form);
+  $('#main').append(el('h1', { class: 'page-title', text: 'New environment' }), form);
   if (!canAct()) notice('bad', Page.leader ? 'A viewer may not create environments.' : 'This replica is on standby: read-only.');
 
   const field = (d, k) => (d.fields || {})[k];
