@@ -11,6 +11,8 @@ mod apf;
 mod dashboard;
 #[path = "daemon/dashboard_browser.rs"]
 mod dashboard_browser;
+#[path = "daemon/dashboard_form.rs"]
+mod dashboard_form;
 #[path = "daemon/fixture.rs"]
 mod fixture;
 #[path = "daemon/live.rs"]

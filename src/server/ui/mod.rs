@@ -124,10 +124,13 @@ impl Ui {
 pub fn router(bridge: Arc<Bridge>, tokens: Option<Arc<Tokens>>, http: SocketAddr) -> Router {
     if !http.ip().is_loopback() {
         tracing::warn!(addr = %http, "the dashboard (/ui/) is not served beyond loopback: it needs TLS, which the HTTP listener does not offer");
-        return Router::new().route("/ui", get(pages::loopback_only)).route(
-            "/ui/{*rest}",
-            get(pages::loopback_only).post(pages::loopback_only),
-        );
+        return Router::new()
+            .route("/ui", get(pages::loopback_only))
+            .route("/ui/", get(pages::loopback_only).post(pages::loopback_only))
+            .route(
+                "/ui/{*rest}",
+                get(pages::loopback_only).post(pages::loopback_only),
+            );
     }
     let ui = Arc::new(Ui {
         api: Api {
@@ -158,4 +161,51 @@ pub fn router(bridge: Arc<Bridge>, tokens: Option<Arc<Tokens>>, http: SocketAddr
         .route("/ui/{*rest}", get(pages::other))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(ui)
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::bridge::{BridgeConfig, BridgeError, Metrics};
+
+    /// A bridge whose client points nowhere: these requests never reach a cluster.
+    fn bridge() -> Arc<Bridge> {
+        let cfg = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let client = kube::Client::try_from(cfg).expect("client");
+        let renderer: crate::bridge::Renderer =
+            Arc::new(|_, _, _| Err(BridgeError::Render("none".into())));
+        Bridge::new(client, BridgeConfig::default(), Metrics::new(), renderer)
+    }
+
+    async fn get(app: Router, path: &str) -> StatusCode {
+        app.oneshot(Request::get(path).body(Body::empty()).expect("request"))
+            .await
+            .expect("answer")
+            .status()
+    }
+
+    #[tokio::test]
+    async fn beyond_loopback_the_dashboard_is_not_served() {
+        let app = router(bridge(), None, "0.0.0.0:9464".parse().expect("addr"));
+        for path in [
+            "/ui",
+            "/ui/",
+            "/ui/login",
+            "/ui/events",
+            "/ui/assets/env.js",
+        ] {
+            assert_eq!(
+                get(app.clone(), path).await,
+                StatusCode::FORBIDDEN,
+                "{path}"
+            );
+        }
+        let app = router(bridge(), None, "127.0.0.1:9464".parse().expect("addr"));
+        assert_eq!(get(app.clone(), "/ui/login").await, StatusCode::OK);
+        assert_eq!(get(app, "/ui/").await, StatusCode::SEE_OTHER);
+    }
 }

@@ -69,7 +69,9 @@
     if (!wf) return;
     if (wf.error) fieldsBox.append(el('p', { class: 'error', text: wf.error }));
     const panels = new Map();
-    const vars = [...wf.vars].sort((a, b) => (Number(field(a, 'index')) || 0) - (Number(field(b, 'index')) || 0) || a.name.localeCompare(b.name));
+    // Panels: main first, advanced last, others between by name; in a panel, by `index`.
+    const rank = (d) => { const p = field(d, 'panel') || 'mainPanel'; return p === 'mainPanel' ? '0' : p === 'advancedPanel' ? '2' : '1' + p; };
+    const vars = [...wf.vars].sort((a, b) => rank(a).localeCompare(rank(b)) || (Number(field(a, 'index')) || 0) - (Number(field(b, 'index')) || 0) || a.name.localeCompare(b.name));
     for (const d of vars) {
       const panel = field(d, 'panel') || 'mainPanel';
       if (!panels.has(panel)) panels.set(panel, el('fieldset', { 'data-panel': panel }, el('legend', { text: panelTitle(panel) })));
