@@ -27,16 +27,8 @@ pub async fn events(
     Query(q): Query<EventsQuery>,
 ) -> Result<Response, UiError> {
     let (session, _) = ui.session(&headers).ok_or(UiError::NoSession)?;
-    let env = match q.env.as_deref().filter(|e| !e.is_empty()) {
-        Some(id) => Some(
-            ui.bridge
-                .resolve(id)
-                .map_err(|e| UiError::NotFound(e.to_string()))?
-                .key
-                .clone(),
-        ),
-        None => None,
-    };
+    // An environment the roster does not hold (yet) is followed until it appears.
+    let env = q.env.filter(|e| !e.is_empty() && e.len() <= 253);
     let slot = ui
         .streams
         .clone()

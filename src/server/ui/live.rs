@@ -43,8 +43,9 @@ struct Message {
 struct Feed {
     ui: Arc<Ui>,
     session: String,
-    /// The environment page's environment (None: the list, without tasks).
-    env: Option<EnvKey>,
+    /// The environment page's environment id (None: the list, without tasks), and its key
+    /// once the roster holds it (a page opened right after a create may come first).
+    page: Option<(String, Option<EnvKey>)>,
     rx: broadcast::Receiver<Change>,
     snapshot_due: bool,
     leader: bool,
@@ -55,35 +56,54 @@ struct Feed {
 }
 
 impl Feed {
-    fn snapshot(&self) -> SseEvent {
+    fn snapshot(&mut self) -> SseEvent {
         let r = &self.ui.bridge.roster;
         let mut m = Message {
             leader: self.leader,
             ..Default::default()
         };
-        match &self.env {
-            Some(k) => {
-                if let Some(e) = r.env(k) {
-                    m.envs.push(view::env(r, &e));
-                } else {
-                    m.envs_gone.push(k.to_string());
+        match &mut self.page {
+            Some((id, key)) => {
+                if key.is_none() {
+                    *key = self.ui.bridge.resolve(id).ok().map(|e| e.key.clone());
                 }
-                m.tasks = r.tasks_of(k).iter().map(|t| view::task(t)).collect();
+                match key.as_ref().and_then(|k| r.env(k)) {
+                    Some(e) => m.envs.push(view::env(r, &e)),
+                    None => m.envs_gone.push(id.clone()),
+                }
+                if let Some(k) = key {
+                    m.tasks = r.tasks_of(k).iter().map(|t| view::task(t)).collect();
+                }
             }
             None => m.envs = r.envs().iter().map(|e| view::env(r, e)).collect(),
         }
         json_event("snapshot", &m)
     }
 
+    /// The page's environment key (None: the list page, or not in the roster yet).
+    fn key(&self) -> Option<&EnvKey> {
+        self.page.as_ref().and_then(|(_, k)| k.as_ref())
+    }
+
     /// Folds a batch of changes into one update (None when none concerns this page).
-    fn update(&self, batch: Vec<Change>) -> Option<SseEvent> {
+    fn update(&mut self, batch: Vec<Change>) -> Option<SseEvent> {
+        // A page waiting for its environment: a snapshot once the roster has it.
+        if let Some((id, None)) = &self.page {
+            let arrived = batch.iter().any(|c| match c {
+                Change::EnvApplied(e) => &*e.id == id || &*e.key.name == id,
+                Change::Reset(_) => true,
+                _ => false,
+            });
+            return arrived.then(|| self.snapshot());
+        }
         let r = &self.ui.bridge.roster;
         let mut touched: BTreeSet<EnvKey> = BTreeSet::new();
         let mut m = Message {
             leader: self.leader,
             ..Default::default()
         };
-        let mine = |k: &EnvKey| self.env.as_ref().is_none_or(|e| e == k);
+        let list = self.page.is_none();
+        let mine = |k: &EnvKey| list || self.key() == Some(k);
         let mut tasks: std::collections::BTreeMap<String, Option<TaskView>> = Default::default();
         for c in batch {
             match c {
@@ -95,13 +115,13 @@ impl Feed {
                 }
                 Change::TaskApplied(t) if mine(&t.env) => {
                     touched.insert(t.env.clone());
-                    if self.env.is_some() {
+                    if !list {
                         tasks.insert(t.name.to_string(), Some(view::task(&t)));
                     }
                 }
                 Change::TaskDeleted { env, name } if mine(&env) => {
                     touched.insert(env);
-                    if self.env.is_some() {
+                    if !list {
                         tasks.insert(name.to_string(), None);
                     }
                 }
@@ -182,7 +202,7 @@ fn json_event(kind: &str, m: &Message) -> SseEvent {
 pub fn stream(
     ui: Arc<Ui>,
     session: String,
-    env: Option<EnvKey>,
+    env: Option<String>,
     slot: OwnedSemaphorePermit,
 ) -> Sse<impl Stream<Item = Result<SseEvent, std::convert::Infallible>>> {
     let feed = Feed {
@@ -190,7 +210,7 @@ pub fn stream(
         leader: ui.bridge.is_leader(),
         ui,
         session,
-        env,
+        page: env.map(|id| (id, None)),
         snapshot_due: true,
         done: false,
         check: tokio::time::interval_at(tokio::time::Instant::now() + CHECK_EVERY, CHECK_EVERY),

@@ -133,6 +133,11 @@ async fn dashboard_login_sessions_and_redirects() {
     let snap: serde_json::Value = serde_json::from_str(&sse_event(res, "snapshot").await).unwrap();
     assert_eq!(snap["leader"], true);
     assert!(snap["envs"].is_array());
+    // An environment the roster does not hold (yet): followed, reported missing.
+    let res = send(addr, "GET", "/ui/events?env=not-yet", &viewer, "").await;
+    assert_eq!(res.status(), 200);
+    let snap: serde_json::Value = serde_json::from_str(&sse_event(res, "snapshot").await).unwrap();
+    assert_eq!(snap["envs_gone"], serde_json::json!(["not-yet"]));
 
     // A viewer may not act: the API's own refusal, in its words.
     let json = ("content-type", "application/json");

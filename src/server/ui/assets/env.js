@@ -18,6 +18,7 @@
 
   let env = null;
   let gone = false;
+  let everSeen = false;
   const tasks = new Map();
   let busy = null;
   let selected = null;
@@ -50,7 +51,7 @@
 
   function renderHead() {
     if (gone || !env) {
-      head.replaceChildren(el('h1', { text: id }), el('span', { class: 'error', id: 'env-gone', text: gone ? 'This environment is gone.' : 'loading…' }), el('a', { href: '/ui/', text: 'All environments' }));
+      head.replaceChildren(el('h1', { text: id }), el('span', { class: 'error', id: 'env-gone', text: !gone ? 'loading…' : everSeen ? 'This environment is gone.' : 'No such environment here (yet): this page shows it when it appears.' }), el('a', { href: '/ui/', text: 'All environments' }));
       return;
     }
     const state = env.deleting ? 'DELETING' : env.state;
@@ -270,9 +271,9 @@
   }
 
   live('/ui/events?env=' + enc(id), (kind, m) => {
-    if (kind === 'snapshot') { tasks.clear(); gone = false; }
+    if (kind === 'snapshot') { tasks.clear(); gone = false; env = null; }
     if (kind === 'leader') { later(); return; }
-    for (const e of m.envs || []) if (e.id === id || e.key === id) env = e;
+    for (const e of m.envs || []) if (e.id === id || e.key === id) { env = e; everSeen = true; }
     if ((m.envs_gone || []).length) gone = true;
     for (const t of m.tasks || []) tasks.set(t.name, t);
     for (const n of m.tasks_gone || []) {
