@@ -162,7 +162,7 @@ impl Browser {
     /// `ENVBRIDGE_SCREENSHOTS`, else `<target dir>/dashboard-screenshots`.
     pub async fn start() -> Browser {
         let (chromium, driver_bin) = require_chromium();
-        let port = super::fixture::free_port();
+        let port = driver_port();
         let driver = Command::new(&driver_bin)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -383,6 +383,18 @@ impl Drop for Browser {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
+}
+
+/// A free port for one chromedriver: each browser test of this process gets its own
+/// (30000-32767, below the ephemeral range and the fixture's 20000-29999).
+fn driver_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 30000 + (std::process::id() % 2000) as u16;
+    (0..700)
+        .map(|_| base + NEXT.fetch_add(1, Ordering::Relaxed) % 700)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port for chromedriver")
 }
 
 /// Cargo's target directory (tests run from `<target>/debug/deps`).
