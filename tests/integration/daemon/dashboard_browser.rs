@@ -130,6 +130,10 @@ async fn dashboard_in_a_real_browser_drives_an_environment_and_shows_a_failure_l
     transition(&b, "START", Some("4242"), "RUNNING").await;
     assert_eq!(b.text("#env-run").await, "4242");
     b.screenshot("06-running").await;
+    // The page's actions are the API's: audited with the logged-in caller.
+    for what in ["create readout-dataflow", &format!("transition {id} START")] {
+        audited(&ns.client, &ns.name, &format!("ada (admin) {what}")).await;
+    }
     transition(&b, "STOP", None, "CONFIGURED").await;
     b.screenshot("07-stopped").await;
 
@@ -233,6 +237,27 @@ async fn dashboard_in_a_real_browser_drives_an_environment_and_shows_a_failure_l
     drop(b);
     operator.stop().await;
     drop(d);
+}
+
+/// Waits for an `Audit` Event whose note starts with `prefix`.
+async fn audited(client: &kube::Client, ns: &str, prefix: &str) {
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(client.clone(), ns);
+    let started = Instant::now();
+    loop {
+        let list = events.list(&Default::default()).await.expect("events");
+        if list.items.iter().any(|e| {
+            e.reason.as_deref() == Some("Audit")
+                && e.note.as_deref().is_some_and(|n| n.starts_with(prefix))
+        }) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no audit event {prefix:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Clicks an event's button, confirms (START: with a run number), waits for `target`.
