@@ -25,6 +25,8 @@ pub const MAX_STREAMS: usize = 256;
 const BATCH_WINDOW: Duration = Duration::from_millis(60);
 /// At most this many changes per update.
 const BATCH_MAX: usize = 4096;
+/// How soon a browser reconnects after losing the stream.
+const RECONNECT: Duration = Duration::from_secs(1);
 /// How often the stream re-checks the session and the leader flag (not roster data).
 const CHECK_EVERY: Duration = Duration::from_secs(2);
 
@@ -77,7 +79,8 @@ impl Feed {
             }
             None => m.envs = r.envs().iter().map(|e| view::env(r, e)).collect(),
         }
-        json_event("snapshot", &m)
+        // After a lost connection the browser comes back within a second.
+        json_event("snapshot", &m).retry(RECONNECT)
     }
 
     /// The page's environment key (None: the list page, or not in the roster yet).

@@ -13,7 +13,7 @@ use serde_json::json;
 use super::Child;
 use super::dashboard::{ADMIN, tokens};
 use super::fixture::{self, Daemon, fixed_ns};
-use super::web::{Browser, require_chromium};
+use super::web::{Browser, CutProxy, require_chromium};
 use crate::support::{self, TestNamespace};
 
 /// Generous: the figure is printed; the benchmark measures the live path itself.
@@ -352,7 +352,9 @@ async fn dashboard_with_2000_tasks_renders_only_what_is_visible_and_updates_in_p
     }
 
     let b = Browser::start().await;
-    let base = format!("http://{}", d.http);
+    // The page goes through a proxy the test can cut, as a lost network would.
+    let proxy = CutProxy::start(d.http).await;
+    let base = format!("http://{}", proxy.addr);
     b.goto(&format!("{base}/ui/login")).await;
     b.type_in("#token", ADMIN).await;
     b.click("#login-submit").await;
@@ -428,6 +430,35 @@ async fn dashboard_with_2000_tasks_renders_only_what_is_visible_and_updates_in_p
     )
     .await;
     wait_text(&b, "#task-count", "20 of 2000 tasks").await;
+
+    // The connection is lost: the page says so; a change meanwhile shows once it resumes.
+    proxy.cut(true);
+    b.find("#conn.lost", STEP).await;
+    r.apply_task(task(
+        45,
+        State::Error,
+        Some("failed while the page was cut off"),
+    ));
+    b.screenshot("15-connection-lost").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let cut_off = Instant::now();
+    proxy.cut(false);
+    b.find("#conn.live", STEP).await;
+    b.find("#failing li[data-task=big-task-0045]", STEP).await;
+    // Failing tasks come first: at the top of the (scrolled) list.
+    b.js(
+        "const s = document.querySelector('#task-rows'); s.scrollTop = 0; s.dispatchEvent(new Event('scroll')); return 1",
+        json!([]),
+    )
+    .await;
+    b.find(".row.task.failing[data-task=big-task-0045]", STEP)
+        .await;
+    eprintln!(
+        "dashboard: live again {:?} after the network came back",
+        cut_off.elapsed()
+    );
+    let same = b.js("return window.__sameDocument || ''", json!([])).await;
+    assert_eq!(same, "yes", "resumed without a reload");
 
     // The replica loses the lead: the open page turns read-only by itself.
     d.bridge

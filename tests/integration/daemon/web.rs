@@ -440,3 +440,61 @@ fn base64_decodes() {
     assert_eq!(base64("aGVsbG8gd29ybGQ="), b"hello world");
     assert_eq!(base64("iVBORw=="), b"\x89PNG");
 }
+
+/// A TCP proxy in front of the daemon that the test can cut: every open connection is
+/// dropped and new ones are closed at once until it is restored (a lost network).
+pub struct CutProxy {
+    pub addr: SocketAddr,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl CutProxy {
+    pub async fn start(to: SocketAddr) -> CutProxy {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("proxy bind");
+        let addr = listener.local_addr().expect("proxy addr");
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (c, k) = (cut.clone(), conns.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if c.load(Ordering::Acquire) {
+                    continue; // dropped: closed at once
+                }
+                let t = tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+                k.lock().expect("conns").push(t.abort_handle());
+            }
+        });
+        CutProxy {
+            addr,
+            cut,
+            conns,
+            accept,
+        }
+    }
+
+    /// Cuts (true: drops every connection, refuses new ones) or restores (false).
+    pub fn cut(&self, on: bool) {
+        self.cut.store(on, std::sync::atomic::Ordering::Release);
+        if on {
+            for h in self.conns.lock().expect("conns").drain(..) {
+                h.abort();
+            }
+        }
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        self.cut(true);
+        self.accept.abort();
+    }
+}
