@@ -18,11 +18,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envbridge::bridge::objects::{Objects, pack};
 use envbridge::bridge::{Bridge, BridgeConfig, CreateSpec, Metrics, NamespaceMode, TakenPorts};
 use envbridge::crd::{
     Environment, Task, TaskSet, TaskSpec, TaskTemplate, TaskTemplateSpec, labels,
 };
+use envbridge::objects::{Objects, pack};
 use envbridge::plan::{ControlMode, EnvVar, TaskRef};
 use envbridge::server::pb;
 use envbridge::state::State;

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use envbridge::plan::{self, RenderRequest, TaskView};
+use envbridge::plan::{RenderRequest, TaskView};
 use envbridge::workflow::Sources;
 use serde::Serialize;
 
@@ -200,7 +200,7 @@ fn measure(label: &str, req: &RenderRequest, tasks: usize) {
     let mut objects = 0;
     for _ in 0..RUNS {
         let t0 = Instant::now();
-        let r = match plan::render(req) {
+        let r = match envbridge::objects::render(req) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -230,7 +230,7 @@ fn measure(label: &str, req: &RenderRequest, tasks: usize) {
             ..req.clone()
         };
         let t3 = Instant::now();
-        let single = plan::render(&one).map(|r| r.task_sets.len());
+        let single = envbridge::objects::render(&one).map(|r| r.task_sets.len());
         one_t.push(t3.elapsed());
         assert_eq!(single.ok(), Some(sets));
     }

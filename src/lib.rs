@@ -1,6 +1,7 @@
 //! envbridge: runs experiment run-control environments on Kubernetes.
 //!
-//! Pure core: [`workflow`], [`plan`], [`roster`], [`state`] (no Kubernetes imports).
+//! Pure core: [`model`], [`workflow`], [`plan`], [`roster`], [`state`] (no Kubernetes imports;
+//! `tests/layering.rs` checks it). The edge from the plan to the cluster's objects: [`objects`].
 //! Kubernetes edges: [`bridge`] (the daemon's), [`operator`] (the cluster side), [`dev`]
 //! (the local control plane).
 
@@ -9,6 +10,9 @@ pub mod control;
 pub mod crd;
 pub mod dev;
 pub mod install;
+pub mod launch;
+pub mod model;
+pub mod objects;
 pub mod operator;
 pub mod plan;
 pub mod roster;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use envbridge::plan::{self, RenderRequest};
+use envbridge::plan::RenderRequest;
 use envbridge::workflow::Sources;
 use envbridge::workflow::expr::{Dialect, check};
 use proptest::prelude::*;
@@ -166,7 +166,7 @@ proptest! {
             ..RenderRequest::default()
         };
         bounded("render", move || {
-            let _ = plan::render(&req);
+            let _ = envbridge::objects::render(&req);
         });
     }
 }

@@ -7,7 +7,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use envbridge::plan::{self, ControlMode, RenderRequest, Rendered};
+use envbridge::objects::Objects;
+use envbridge::plan::{self, ControlMode, RenderRequest};
 use envbridge::workflow::Sources;
 use envbridge::workflow::expr::{CallSite, Engine, Lookup};
 use envbridge::workflow::{load, yaml};
@@ -52,7 +53,7 @@ fn ours(hosts: &str, env_id: &str) -> RenderRequest {
     }
 }
 
-fn yaml_stream(r: &Rendered) -> String {
+fn yaml_stream(r: &Objects) -> String {
     let mut s = String::new();
     for ts in &r.task_sets {
         s.push_str("---\n");
@@ -98,7 +99,7 @@ fn corpus_resources_cleanup_renders_with_a_site_profile() {
         env_id: Some("2oDvieFrVTi".into()),
         ..RenderRequest::default()
     };
-    let r = plan::render(&req).unwrap_or_else(|e| panic!("{e}"));
+    let r = envbridge::objects::render(&req).unwrap_or_else(|e| panic!("{e}"));
     let tasks: Vec<_> = r.tasks().collect();
     let paths: Vec<&str> = tasks.iter().map(|t| t.path.as_str()).collect();
     assert_eq!(
@@ -143,12 +144,12 @@ fn corpus_resources_cleanup_renders_with_a_site_profile() {
     let mut req2 = req.clone();
     req2.sets
         .push(("roc_cleanup_enabled".into(), "false".into()));
-    assert_eq!(plan::render(&req2).unwrap().tasks().len(), 2);
+    assert_eq!(envbridge::objects::render(&req2).unwrap().tasks().len(), 2);
 }
 
 #[test]
 fn golden_readout_dataflow_3_hosts() {
-    let r = plan::render(&ours(r#"["flp001","flp002","flp003"]"#, "demo"))
+    let r = envbridge::objects::render(&ours(r#"["flp001","flp002","flp003"]"#, "demo"))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(r.tasks().len(), 9);
     // The stfb's readout input is the readout's output: the same IPC address on one node.
@@ -201,14 +202,14 @@ fn golden_readout_dataflow_3_hosts() {
 
 #[test]
 fn deterministic_and_distinct_across_environments() {
-    let a = plan::render(&ours(r#"["flp001","flp002"]"#, "E1")).unwrap();
-    let b = plan::render(&ours(r#"["flp001","flp002"]"#, "E1")).unwrap();
+    let a = envbridge::objects::render(&ours(r#"["flp001","flp002"]"#, "E1")).unwrap();
+    let b = envbridge::objects::render(&ours(r#"["flp001","flp002"]"#, "E1")).unwrap();
     assert_eq!(yaml_stream(&a), yaml_stream(&b));
     assert_eq!(
         serde_json::to_string(&a.to_json_values()).unwrap(),
         serde_json::to_string(&b.to_json_values()).unwrap()
     );
-    let c = plan::render(&ours(r#"["flp001","flp002"]"#, "E2")).unwrap();
+    let c = envbridge::objects::render(&ours(r#"["flp001","flp002"]"#, "E2")).unwrap();
     for (x, y) in a.tasks().zip(c.tasks()) {
         assert_ne!(x.name, y.name);
         assert_eq!(x.path, y.path);
@@ -218,8 +219,8 @@ fn deterministic_and_distinct_across_environments() {
 
 #[test]
 fn tasks_come_sorted_by_node_and_path_whatever_the_host_order() {
-    let a = plan::render(&ours(r#"["flp003","flp001","flp002"]"#, "E1")).unwrap();
-    let b = plan::render(&ours(r#"["flp001","flp002","flp003"]"#, "E1")).unwrap();
+    let a = envbridge::objects::render(&ours(r#"["flp003","flp001","flp002"]"#, "E1")).unwrap();
+    let b = envbridge::objects::render(&ours(r#"["flp001","flp002","flp003"]"#, "E1")).unwrap();
     let keys: Vec<(&str, &str)> = a
         .tasks()
         .map(|t| (t.node.as_str(), t.path.as_str()))
@@ -232,7 +233,7 @@ fn tasks_come_sorted_by_node_and_path_whatever_the_host_order() {
 
 #[test]
 fn task_sets_are_written_first_and_hashed() {
-    let r = plan::render(&ours(r#"["flp001","flp002","flp003"]"#, "demo")).unwrap();
+    let r = envbridge::objects::render(&ours(r#"["flp001","flp002","flp003"]"#, "demo")).unwrap();
     let values = r.to_json_values();
     assert_eq!(values.last().unwrap()["kind"], "Environment");
     let spec = &r.environment.spec;
@@ -321,7 +322,7 @@ fn the_same_objects_and_errors_for_any_number_of_threads() {
         if let Some((k, v)) = extra {
             req.sets.push((k.into(), v.into()));
         }
-        plan::render(&req)
+        envbridge::objects::render(&req)
             .map(|r| yaml_stream(&r))
             .map_err(|e| e.to_string())
     };
@@ -348,7 +349,8 @@ fn large_environments_fit_every_object_under_1_mib() {
     for (nodes, per_node) in [(250, 8), (250, 40)] {
         let dir = tempfile::tempdir().unwrap();
         synthetic(dir.path(), per_node);
-        let r = plan::render(&big_request(dir.path(), nodes)).unwrap_or_else(|e| panic!("{e}"));
+        let r = envbridge::objects::render(&big_request(dir.path(), nodes))
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r.tasks().len(), nodes * per_node);
         assert!(r.task_sets.len() > 1, "split into several TaskSets");
         for v in r.to_json_values() {
@@ -373,7 +375,7 @@ fn reserved_ports_are_skipped() {
     let mut req = ours(r#"["flp001"]"#, "E1");
     req.reserved_ports
         .insert("flp001".into(), [47100u16, 47101].into_iter().collect());
-    let r = plan::render(&req).unwrap();
+    let r = envbridge::objects::render(&req).unwrap();
     assert!(r.tasks().all(|t| t.control_port >= 47102));
 }
 
@@ -415,7 +417,7 @@ impl Case {
             env_id: Some("E".into()),
             ..RenderRequest::default()
         };
-        match plan::render(&req) {
+        match envbridge::objects::render(&req) {
             Ok(_) => panic!("{workflow} rendered, expected an error"),
             Err(e) => e.to_string(),
         }
@@ -501,7 +503,7 @@ fn enabled_as_the_anchor_reads_it() {
         env_id: Some("E".into()),
         ..RenderRequest::default()
     };
-    let r = plan::render(&req).unwrap_or_else(|e| panic!("{e}"));
+    let r = envbridge::objects::render(&req).unwrap_or_else(|e| panic!("{e}"));
     let paths: Vec<&str> = r.tasks().map(|t| t.path.as_str()).collect();
     assert_eq!(paths, ["w.h.one", "w.h.upper"]);
 }
@@ -887,7 +889,7 @@ fn fuzz_renderer_never_panics() {
             env_id: Some("F".into()),
             ..RenderRequest::default()
         };
-        let r = std::panic::catch_unwind(|| plan::render(&req).map(|_| ()));
+        let r = std::panic::catch_unwind(|| envbridge::objects::render(&req).map(|_| ()));
         assert!(r.is_ok(), "render panicked on mutation #{i}");
         if let Ok(Err(e)) = r {
             let s = e.to_string();
@@ -997,8 +999,8 @@ fn fuzz_expressions_never_panic() {
 }
 
 /// Renders `workflow` of `dir` (task classes in `dir/tasks`, no site profile), which must succeed.
-fn render_in(dir: &Path, workflow: &str) -> Rendered {
-    plan::render(&RenderRequest {
+fn render_in(dir: &Path, workflow: &str) -> envbridge::objects::Objects {
+    envbridge::objects::render(&RenderRequest {
         sources: Sources {
             tasks_dir: dir.join("tasks"),
             workflows_dir: None,

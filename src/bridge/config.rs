@@ -64,6 +64,9 @@ pub struct BridgeConfig {
     /// A TaskSet without its Environment this old is swept (a create crashed between its
     /// writes).
     pub orphan_grace: Duration,
+    /// A crash-test hook (zero but in tests): a pause between a create's TaskSet writes and
+    /// its Environment write.
+    pub hold_before_environment_write: Duration,
 }
 
 impl Default for BridgeConfig {
@@ -96,6 +99,7 @@ impl Default for BridgeConfig {
             caller: super::caller::CallerPolicy::new(),
             render_deadline: Duration::from_secs(10),
             orphan_grace: Duration::from_secs(120),
+            hold_before_environment_write: Duration::ZERO,
             operator_account: Some(("envbridge-system".into(), "envbridge-operator".into())),
         }
     }

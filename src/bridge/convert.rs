@@ -5,7 +5,6 @@ use std::time::SystemTime;
 use kube::ResourceExt;
 
 use crate::crd::{Environment, Task, TransitionPhase};
-use crate::plan::TaskRef;
 use crate::roster::{EnvKey, EnvRecord, FailingTask, Observed, Phase, Roster, TaskRecord};
 use crate::state::State;
 
@@ -112,51 +111,9 @@ pub fn task_record(r: &Roster, task: &Task) -> TaskRecord {
         transition: status
             .and_then(|s| s.transition.as_ref())
             .map(|tr| (r.intern(&tr.id), phase(tr.phase))),
-        ports: task_ports(t).into(),
+        ports: t.ports().into(),
         control_port: t.control_port,
         deleting: task.metadata.deletion_timestamp.is_some(),
         changed_at: SystemTime::UNIX_EPOCH,
-    }
-}
-
-/// The ports a task occupies on its node: its control port and every TCP port it binds.
-pub fn task_ports(t: &TaskRef) -> Vec<u16> {
-    // Hook and basic tasks have no control port (0).
-    let mut ports: Vec<u16> = [t.control_port].into_iter().filter(|p| *p != 0).collect();
-    for (k, v) in &t.channels {
-        if !k.ends_with(".address") {
-            continue;
-        }
-        let bound = v
-            .strip_prefix("tcp://*:")
-            .or_else(|| v.strip_prefix("tcp://0.0.0.0:"));
-        if let Some(p) = bound.and_then(|p| p.parse::<u16>().ok()) {
-            ports.push(p);
-        }
-    }
-    ports.sort_unstable();
-    ports.dedup();
-    ports
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ports_are_control_plus_bound_tcp() {
-        let mut t = TaskRef {
-            control_port: 47100,
-            ..TaskRef::default()
-        };
-        t.channels
-            .insert("chans.out.0.address".into(), "tcp://*:5555".into());
-        t.channels
-            .insert("chans.in.0.address".into(), "tcp://flp002:6000".into());
-        t.channels
-            .insert("chans.ipc.0.address".into(), "ipc://@x".into());
-        t.channels
-            .insert("chans.out.0.method".into(), "bind".into());
-        assert_eq!(task_ports(&t), [5555, 47100]);
     }
 }

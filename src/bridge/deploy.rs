@@ -13,9 +13,9 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use super::error::{BridgeError, Result, is_not_found};
-use super::objects::Objects;
 use super::{Bridge, CreateSpec, caller, namespace, validate};
 use crate::crd::{Environment, TaskSet};
+use crate::objects::Objects;
 use crate::roster::EnvKey;
 
 /// TaskSets written at once by a create.
@@ -239,6 +239,10 @@ impl Bridge {
             .buffer_unordered(TASK_SET_WRITES)
             .try_collect::<Vec<_>>()
             .await?;
+        if !self.cfg.hold_before_environment_write.is_zero() {
+            tracing::warn!(hold = ?self.cfg.hold_before_environment_write, environment = name, "test hook: holding before the Environment write");
+            tokio::time::sleep(self.cfg.hold_before_environment_write).await;
+        }
         self.ensure_leader()?;
         let envs: Api<Environment> = Api::namespaced(self.client.clone(), ns);
         let env = envs
@@ -246,7 +250,7 @@ impl Bridge {
             .await
             .map_err(BridgeError::kube(format!("apply Environment {ns}/{name}")))?;
         self.reserved
-            .insert(EnvKey::new(ns, &name), objs.ports_by_node());
+            .insert(EnvKey::new(ns, &name), objs.ports.clone());
         tracing::info!(
             namespace = ns,
             environment = name,

@@ -12,7 +12,6 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use tokio::time::Instant;
 
 use super::error::{BridgeError, Result, is_not_found};
-use super::objects::{set_ref, task_set};
 use super::{Bridge, namespace};
 use crate::crd::{Environment, Task, TaskSet, labels};
 use crate::roster::EnvKey;
@@ -55,7 +54,10 @@ impl Bridge {
         Ok(gone)
     }
 
-    /// Rewrites the TaskSet holding `task` without it and points the Environment at the result.
+    /// Re-packs the environment's tasks without `task` (the render's packer: sets before it
+    /// keep their names, the rest are written anew), points the Environment at the result and
+    /// deletes the sets it no longer names. An environment packed under an older scheme is
+    /// re-packed under the one scheme.
     async fn drop_from_sets(&self, key: &EnvKey, task: &str) -> Result<()> {
         let envs: Api<Environment> = Api::namespaced(self.client.clone(), &key.namespace);
         let sets: Api<TaskSet> = Api::namespaced(self.client.clone(), &key.namespace);
@@ -63,55 +65,51 @@ impl Bridge {
             .get(&key.name)
             .await
             .map_err(BridgeError::kube(format!("get Environment {key}")))?;
-        let pp = PatchParams::apply(&self.cfg.field_manager).force();
-        let mut refs = Vec::new();
-        let mut stale = Vec::new();
-        let mut nodes = BTreeSet::new();
-        let mut total = 0u32;
+        let mut kept = Vec::new();
+        let mut found = false;
         for r in &env.spec.task_sets {
             let ts = sets
                 .get(&r.name)
                 .await
                 .map_err(BridgeError::kube(format!("get TaskSet {}", r.name)))?;
-            if !ts.spec.tasks.iter().any(|t| t.name == task) {
-                nodes.extend(ts.spec.tasks.iter().map(|t| t.node.clone()));
-                total += ts.spec.tasks.len() as u32;
-                refs.push(r.clone());
-                continue;
+            for t in ts.spec.tasks {
+                if t.name == task {
+                    found = true;
+                } else {
+                    kept.push(t);
+                }
             }
-            stale.push(r.name.clone());
-            let kept: Vec<_> = ts
-                .spec
-                .tasks
-                .into_iter()
-                .filter(|t| t.name != task)
-                .collect();
-            if kept.is_empty() {
-                continue;
-            }
-            nodes.extend(kept.iter().map(|t| t.node.clone()));
-            total += kept.len() as u32;
-            let mut new = task_set(&key.name, kept);
-            new.metadata.namespace = Some(key.namespace.to_string());
-            new.metadata.labels = ts.metadata.labels.clone();
-            let name = new.metadata.name.clone().unwrap_or_default();
-            sets.patch(&name, &pp, &Patch::Apply(&new))
-                .await
-                .map_err(BridgeError::kube(format!("apply TaskSet {name}")))?;
-            refs.push(set_ref(&new));
         }
-        if stale.is_empty() {
+        if !found {
             return Ok(()); // not in any set (already dropped by an earlier kill)
         }
-        let patch = serde_json::json!({ "spec": { "taskSets": refs, "tasks": total, "nodes": nodes.len() } });
+        let mut objs = crate::objects::pack(&key.name, &env.spec.id, &env.spec.workflow, kept);
+        objs.place(&key.namespace);
+        let old: BTreeSet<&str> = env.spec.task_sets.iter().map(|r| r.name.as_str()).collect();
+        let pp = PatchParams::apply(&self.cfg.field_manager).force();
+        for ts in &objs.task_sets {
+            let name = ts.metadata.name.clone().unwrap_or_default();
+            if old.contains(name.as_str()) {
+                continue; // same index, same content: already there
+            }
+            self.ensure_leader()?;
+            sets.patch(&name, &pp, &Patch::Apply(ts))
+                .await
+                .map_err(BridgeError::kube(format!("apply TaskSet {name}")))?;
+        }
+        let spec = &objs.environment.spec;
+        let patch = serde_json::json!({ "spec": {
+            "taskSets": spec.task_sets, "tasks": spec.tasks, "nodes": spec.nodes } });
         let merge = PatchParams {
             field_manager: Some(self.cfg.field_manager.clone()),
             ..PatchParams::default()
         };
+        self.ensure_leader()?;
         envs.patch(&key.name, &merge, &Patch::Merge(&patch))
             .await
             .map_err(BridgeError::kube(format!("update task sets of {key}")))?;
-        for name in stale.iter().filter(|s| !refs.iter().any(|r| &r.name == *s)) {
+        let now: BTreeSet<&str> = spec.task_sets.iter().map(|r| r.name.as_str()).collect();
+        for name in old.difference(&now) {
             if let Err(e) = sets.delete(name, &DeleteParams::background()).await
                 && !is_not_found(&e)
             {

@@ -17,7 +17,6 @@ pub mod kill;
 pub mod leader;
 pub mod metrics;
 pub mod namespace;
-pub mod objects;
 pub mod render;
 pub mod sweep;
 pub mod transition;
@@ -30,10 +29,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use dashmap::DashMap;
 
+pub use crate::objects::Objects;
 pub use config::{BridgeConfig, NamespaceMode};
 pub use error::{BridgeError, Result};
 pub use metrics::Metrics;
-pub use objects::Objects;
 
 use crate::roster::{EnvKey, EnvRecord, Roster};
 

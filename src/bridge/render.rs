@@ -10,7 +10,7 @@ use crate::plan::templates::TemplateMap;
 use crate::workflow::store::ConfigStore;
 
 use super::{BridgeConfig, BridgeError, CreateSpec, Objects, Renderer, TakenPorts};
-use crate::plan::{RenderRequest, render as render_core};
+use crate::plan::RenderRequest;
 use crate::workflow::Sources;
 
 /// Where the daemon's renders take the configuration store from.
@@ -125,12 +125,9 @@ pub fn render_with(
         tcp_ports: cfg.tcp_ports.clone(),
         ..RenderRequest::default()
     };
-    let mut r = render_core(&req).map_err(|e| BridgeError::Render(e.to_string()))?;
-    route_calls(cfg, &req.store, &mut r.environment.spec.hooks)?;
-    Ok(Objects {
-        environment: r.environment,
-        task_sets: r.task_sets,
-    })
+    let mut objs = crate::objects::render(&req).map_err(|e| BridgeError::Render(e.to_string()))?;
+    route_calls(cfg, &req.store, &mut objs.environment.spec.hooks)?;
+    Ok(objs)
 }
 
 /// Where each call goes: the plugin's endpoint from the daemon's `integrations`, else the
@@ -204,11 +201,9 @@ mod tests {
             ..CreateSpec::default()
         };
         let free = render(&cfg, &spec, "e1", &TakenPorts::new()).expect("render");
-        let first = free.ports_by_node();
+        let first = free.ports.clone();
         let taken: TakenPorts = first.clone();
-        let second = render(&cfg, &spec, "e2", &taken)
-            .expect("render")
-            .ports_by_node();
+        let second = render(&cfg, &spec, "e2", &taken).expect("render").ports;
         for (node, ports) in &second {
             assert!(
                 ports.is_disjoint(&first[node]),

@@ -37,10 +37,7 @@ impl Bridge {
                 continue;
             }
             for t in &set.spec.tasks {
-                taken
-                    .entry(t.node.clone())
-                    .or_default()
-                    .extend(super::convert::task_ports(t));
+                taken.entry(t.node.clone()).or_default().extend(t.ports());
             }
         }
         Ok(taken)

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube::api::Api;
 
 use super::error::{BridgeError, Result, is_not_found};
-use super::objects::Objects;
 use crate::crd::{TaskTemplate, TaskTemplateSpec};
+use crate::objects::Objects;
 
 /// DNS-1123 label: what Task, Pod, Service and namespace names must be.
 pub fn dns_label(s: &str) -> bool {
@@ -48,8 +48,8 @@ pub fn static_problems(
             p.push(format!("task {} ({}): name used twice", t.name, t.path));
         }
     }
-    for (node, ports) in objs.ports_by_node() {
-        if let Some(used) = taken.get(&node) {
+    for (node, ports) in &objs.ports {
+        if let Some(used) = taken.get(node) {
             let clash: Vec<_> = ports.intersection(used).map(u16::to_string).collect();
             if !clash.is_empty() {
                 p.push(format!(
@@ -132,7 +132,7 @@ mod tests {
     use k8s_openapi::api::core::v1::PodSpec;
 
     use super::*;
-    use crate::bridge::objects::pack;
+    use crate::objects::pack;
     use crate::plan::{ControlMode, EnvVar, TaskRef};
 
     fn task(name: &str, template: &str, env: &[&str]) -> TaskRef {

@@ -8,9 +8,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use envbridge::bridge::config_map_store::{self, SharedStore};
-use envbridge::bridge::leader::{self, LeaseConfig};
 use envbridge::bridge::render::StoreSource;
 use envbridge::bridge::{Bridge, BridgeConfig, Metrics, NamespaceMode};
+use envbridge::launch::lease::{DaemonLease, LeaseConfig};
+use envbridge::launch::legacy_env::Renamed;
+use envbridge::launch::logging::LogFormat;
 use envbridge::server::{self, ServerConfig};
 use envbridge::state::Event;
 use serde::Deserialize;
@@ -42,7 +44,11 @@ pub struct DaemonArgs {
     #[arg(long, env = "ENVBRIDGE_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
     /// Put every environment in this namespace.
-    #[arg(long, env = "ENVBRIDGE_NAMESPACE", conflicts_with = "namespace_prefix")]
+    #[arg(
+        long,
+        env = "ENVBRIDGE_DAEMON_NAMESPACE",
+        conflicts_with = "namespace_prefix"
+    )]
     pub namespace: Option<String>,
     /// Give every environment its own namespace `<prefix><id>`.
     #[arg(long, env = "ENVBRIDGE_NAMESPACE_PREFIX")]
@@ -119,27 +125,15 @@ pub struct DaemonArgs {
     /// Seconds, for events without their own timeout.
     #[arg(long, env = "ENVBRIDGE_DEFAULT_TRANSITION_TIMEOUT")]
     pub default_transition_timeout: Option<u64>,
-    /// Run without leader election (a single replica).
-    #[arg(long, env = "ENVBRIDGE_NO_LEADER_ELECTION")]
-    pub no_leader_election: bool,
-    #[arg(long, env = "ENVBRIDGE_LEASE_NAME")]
-    pub lease_name: Option<String>,
-    /// Namespace of the Lease (default: POD_NAMESPACE, else `default`).
-    #[arg(long, env = "ENVBRIDGE_LEASE_NAMESPACE")]
-    pub lease_namespace: Option<String>,
-    /// Identity in the Lease (default: POD_NAME, else host name + pid).
-    #[arg(long, env = "ENVBRIDGE_IDENTITY")]
-    pub identity: Option<String>,
+    /// Seconds a TaskSet without its Environment (a create cut short by a crash) is kept
+    /// before the leader removes it (default 120).
+    #[arg(long, env = "ENVBRIDGE_ORPHAN_GRACE")]
+    pub orphan_grace: Option<u64>,
+    #[command(flatten)]
+    pub lease: DaemonLease,
     /// Log format: text or json.
     #[arg(long, env = "ENVBRIDGE_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 /// The config file: every field optional, same names as the flags (kebab or snake case).
@@ -178,10 +172,26 @@ pub struct FileConfig {
     #[serde(default)]
     pub transition_timeouts: HashMap<String, u64>,
     pub default_transition_timeout: Option<u64>,
+    pub orphan_grace: Option<u64>,
     pub leader_election: Option<bool>,
     pub lease_name: Option<String>,
     pub lease_namespace: Option<String>,
     pub log_format: Option<LogFormat>,
+}
+
+/// A crash-test hook, never set in production: the daemon waits this long between a create's
+/// TaskSet writes and its Environment write, so that a test can kill it right there.
+const HOLD_ENV: &str = "ENVBRIDGE_TEST_HOLD_BEFORE_ENVIRONMENT_WRITE_MS";
+
+fn hold_before_environment_write() -> Result<Duration, String> {
+    match std::env::var(HOLD_ENV) {
+        Err(_) => Ok(Duration::ZERO),
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map(Duration::from_millis)
+            .map_err(|e| format!("{HOLD_ENV}={v:?}: {e}")),
+    }
 }
 
 pub fn load_file(path: &Path) -> Result<FileConfig, String> {
@@ -200,6 +210,8 @@ pub struct Settings {
     pub server: ServerConfig,
     pub lease: Option<LeaseConfig>,
     pub log_format: LogFormat,
+    /// Older variable names that were read (logged once logging is up).
+    pub renamed: Renamed,
 }
 
 pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
@@ -208,8 +220,15 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
         None => FileConfig::default(),
     };
     let mut b = BridgeConfig::default();
+    let mut renamed = Renamed::default();
     let prefix = a.namespace_prefix.or(f.namespace_prefix);
-    let fixed = a.namespace.or(f.namespace);
+    let fixed = renamed
+        .read(
+            a.namespace,
+            "ENVBRIDGE_NAMESPACE",
+            "ENVBRIDGE_DAEMON_NAMESPACE",
+        )
+        .or(f.namespace);
     b.namespaces = match (fixed, prefix) {
         (Some(_), Some(_)) => {
             return Err("namespace and namespace-prefix exclude each other".into());
@@ -291,6 +310,10 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     if let Some(s) = a.kill_timeout.or(f.kill_timeout) {
         b.kill_timeout = secs(s);
     }
+    if let Some(s) = a.orphan_grace.or(f.orphan_grace) {
+        b.orphan_grace = secs(s);
+    }
+    b.hold_before_environment_write = hold_before_environment_write()?;
     if let Some(s) = a.namespace_gone_timeout.or(f.namespace_gone_timeout) {
         b.namespace_gone_timeout = secs(s);
     }
@@ -337,33 +360,18 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     s.tls_key = a.tls_key.or(f.tls_key);
     s.check().map_err(|e| e.to_string())?;
 
-    let election = !a.no_leader_election && f.leader_election.unwrap_or(true);
-    let lease = election.then(|| LeaseConfig {
-        namespace: a
-            .lease_namespace
-            .or(f.lease_namespace)
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| "default".into()),
-        name: a
-            .lease_name
-            .or(f.lease_name)
-            .unwrap_or_else(|| "envbridge-daemon".into()),
-        identity: a
-            .identity
-            .or_else(|| std::env::var("POD_NAME").ok())
-            .unwrap_or_else(default_identity),
-        duration: 15,
-        grace: 5,
-    });
-    if let Some(l) = &lease {
-        l.check()?;
-    }
-    let log_format = a.log_format.or(f.log_format).unwrap_or(LogFormat::Text);
+    let mut choice = a.lease.choice().renamed(DaemonLease::PREFIX, &mut renamed);
+    choice.no_leader_election |= f.leader_election == Some(false);
+    choice.lease_name = choice.lease_name.or(f.lease_name);
+    choice.lease_namespace = choice.lease_namespace.or(f.lease_namespace);
+    let lease = choice.config("envbridge-daemon", "envbridge-daemon")?;
+    let log_format = a.log_format.or(f.log_format).unwrap_or_default();
     Ok(Settings {
         bridge: b,
         server: s,
         lease,
         log_format,
+        renamed,
     })
 }
 
@@ -383,26 +391,6 @@ fn port_range(s: &str) -> Result<(u16, u16), String> {
         return Err(format!("port range {s:?}: need 0 < FIRST <= LAST"));
     }
     Ok((a, z))
-}
-
-fn default_identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
-    format!("{host}-{}", std::process::id())
-}
-
-pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,kube=warn,tower=warn,h2=warn,hyper=warn")
-    });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
 }
 
 /// `PLUGIN=URL`, an http:// URL.
@@ -442,21 +430,11 @@ pub fn run(args: DaemonArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(settings.log_format);
-    let rt = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(serve(settings)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    envbridge::launch::logging::init(settings.log_format);
+    settings.renamed.log();
+    envbridge::launch::runtime::block_on(None, async {
+        serve(settings).await.map(|()| ExitCode::SUCCESS)
+    })
 }
 
 async fn serve(s: Settings) -> Result<(), String> {
@@ -493,7 +471,7 @@ async fn serve(s: Settings) -> Result<(), String> {
         bridge
             .leader_flag()
             .store(false, std::sync::atomic::Ordering::Release);
-        tokio::spawn(leader::run(
+        tokio::spawn(envbridge::bridge::leader::run(
             client,
             lease,
             bridge.leader_flag(),
@@ -550,7 +528,10 @@ mod tests {
         );
         let s = resolve(DaemonArgs {
             config: Some(yaml.clone()),
-            no_leader_election: true,
+            lease: DaemonLease {
+                no_leader_election: true,
+                ..Default::default()
+            },
             insecure_no_auth: true,
             ..Default::default()
         })
@@ -571,7 +552,10 @@ mod tests {
             config: Some(yaml),
             deploy_timeout: Some(3),
             transition_timeouts: vec!["START=4".into()],
-            no_leader_election: true,
+            lease: DaemonLease {
+                no_leader_election: true,
+                ..Default::default()
+            },
             insecure_no_auth: true,
             ..Default::default()
         };
@@ -588,7 +572,10 @@ mod tests {
         );
         let s = resolve(DaemonArgs {
             config: Some(toml),
-            no_leader_election: true,
+            lease: DaemonLease {
+                no_leader_election: true,
+                ..Default::default()
+            },
             insecure_no_auth: true,
             ..Default::default()
         })

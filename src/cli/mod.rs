@@ -69,22 +69,5 @@ pub fn run(cli: Cli) -> ExitCode {
 fn block_on_client<E: std::fmt::Display>(
     fut: impl std::future::Future<Output = Result<ExitCode, E>>,
 ) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(fut) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    envbridge::launch::runtime::block_on(Some(2), fut)
 }

@@ -107,7 +107,7 @@ pub fn run(a: RenderArgs) -> ExitCode {
     let spawned = std::thread::Builder::new()
         .name("render".into())
         .spawn(move || {
-            let _ = tx.send(plan::render(&req));
+            let _ = tx.send(envbridge::objects::render(&req));
         });
     if let Err(e) = spawned {
         eprintln!("error: cannot start the render: {e}");

@@ -7,7 +7,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use crate::crd::{Environment, Task, labels};
-use crate::operator::names::label_value;
+use crate::model::label::label_value;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {

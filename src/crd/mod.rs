@@ -12,7 +12,7 @@ pub use environment::{
     Environment, EnvironmentSpec, EnvironmentStatus, FailingTask, HookRef, TaskSetRef,
 };
 pub use task::{Task, TaskSpec, TaskStatus};
-pub use task_set::{TaskSet, TaskSetSpec, json_digest, tasks_digest};
+pub use task_set::{TaskSet, TaskSetSpec};
 pub use task_template::{TaskTemplate, TaskTemplateSpec};
 pub use transition::{TransitionPhase, TransitionRequest, TransitionStatus};
 

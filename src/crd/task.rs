@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::transition::{TransitionRequest, TransitionStatus};
-use crate::plan::TaskRef;
+use crate::model::TaskRef;
 use crate::state::State;
 
 /// `kubectl get tasks` is ambiguous where Tekton is installed: use `kubectl get ebtasks`

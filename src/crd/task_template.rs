@@ -5,7 +5,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::plan::ControlMode;
+use crate::model::ControlMode;
 
 /// Cluster-scoped: templates define privileged pods, so only administrators may write them
 /// (the operator only reads them).

@@ -73,7 +73,7 @@ pub async fn deploy(
         sets.patch(&set_name, &pp, &Patch::Apply(&set)).await?;
         refs.push(TaskSetRef {
             name: set_name,
-            blake3: crate::crd::tasks_digest(chunk),
+            blake3: crate::model::digest::tasks_digest(chunk),
             tasks: chunk.len() as u32,
         });
     }

@@ -477,24 +477,11 @@ fn init_logging() {
 
 pub fn run(args: SimRunnerArgs) -> ExitCode {
     init_logging();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            error!("sim runner: cannot start its runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    rt.block_on(async move {
-        match serve(args, shutdown_signal()).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                error!("sim runner: {e}");
-                ExitCode::FAILURE
-            }
-        }
+    crate::launch::runtime::block_on(None, async move {
+        serve(args, shutdown_signal())
+            .await
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| format!("sim runner: {e}"))
     })
 }
 

@@ -3,11 +3,13 @@
 use std::time::Duration;
 
 use super::pod::PodSettings;
+use crate::launch::lease::OperatorLease;
+use crate::launch::legacy_env::Renamed;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct OperatorArgs {
     /// Watch only this namespace (default: all namespaces).
-    #[arg(long, env = "ENVBRIDGE_NAMESPACE")]
+    #[arg(long, env = "ENVBRIDGE_OPERATOR_NAMESPACE")]
     pub namespace: Option<String>,
     /// Tasks reconciled at once (pods created, control calls in flight); 0 = unbounded.
     #[arg(long, env = "ENVBRIDGE_TASK_CONCURRENCY", default_value_t = 256)]
@@ -66,21 +68,8 @@ pub struct OperatorArgs {
     /// Debounce of environment status updates, milliseconds.
     #[arg(long, env = "ENVBRIDGE_STATUS_DEBOUNCE_MS", default_value_t = 250)]
     pub status_debounce_ms: u64,
-    /// Run without leader election (a single replica, tests).
-    #[arg(long, env = "ENVBRIDGE_NO_LEADER_ELECTION")]
-    pub no_leader_election: bool,
-    #[arg(
-        long,
-        env = "ENVBRIDGE_LEASE_NAME",
-        default_value = "envbridge-operator"
-    )]
-    pub lease_name: String,
-    /// Namespace of the Lease (default: POD_NAMESPACE, else `default`).
-    #[arg(long, env = "ENVBRIDGE_LEASE_NAMESPACE")]
-    pub lease_namespace: Option<String>,
-    /// This replica's identity in the Lease (default: POD_NAME, else the host name + pid).
-    #[arg(long, env = "ENVBRIDGE_IDENTITY")]
-    pub identity: Option<String>,
+    #[command(flatten)]
+    pub lease: OperatorLease,
     /// Log as JSON lines.
     #[arg(long, env = "ENVBRIDGE_LOG_JSON")]
     pub log_json: bool,
@@ -100,6 +89,24 @@ impl Default for OperatorArgs {
 }
 
 impl OperatorArgs {
+    /// Fills what flags and `ENVBRIDGE_OPERATOR_*` left unset from the unprefixed variable
+    /// names of earlier versions (shared with the daemon), noting each in `renamed`.
+    pub fn with_renamed(mut self, renamed: &mut Renamed) -> Self {
+        self.namespace = renamed.read(
+            self.namespace,
+            "ENVBRIDGE_NAMESPACE",
+            "ENVBRIDGE_OPERATOR_NAMESPACE",
+        );
+        let c = self.lease.choice().renamed(OperatorLease::PREFIX, renamed);
+        self.lease = OperatorLease {
+            no_leader_election: c.no_leader_election,
+            lease_name: c.lease_name,
+            lease_namespace: c.lease_namespace,
+            identity: c.identity,
+        };
+        self
+    }
+
     pub fn pod_settings(&self) -> PodSettings {
         PodSettings {
             home_base: self.home_base.clone(),

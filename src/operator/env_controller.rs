@@ -16,15 +16,16 @@ use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use super::aggregate::aggregate;
-use super::names::label_value;
 use super::runtime::Ctx;
 use super::task_sets::{ENV_FINALIZER, SetProblem, build_task, collect_tasks, task_up_to_date};
 use super::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
 use super::{calls, hooks};
 use crate::crd::{
     Environment, EnvironmentStatus, Task, TaskSet, TransitionPhase, TransitionRequest,
-    TransitionStatus, labels, tasks_digest,
+    TransitionStatus, labels,
 };
+use crate::model::digest::tasks_digest;
+use crate::model::label::label_value;
 use crate::plan::{ControlMode, TaskRef};
 use crate::state::State;
 use std::collections::{HashMap, HashSet};

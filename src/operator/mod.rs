@@ -42,7 +42,7 @@ pub enum Error {
         source: kube::Error,
     },
     #[error("leader election: {0}")]
-    Lease(#[from] kube_lease_manager::LeaseManagerError),
+    Lease(String),
     #[error("kubernetes client configuration: {0}")]
     Config(String),
     #[error("kubernetes client: {0}")]

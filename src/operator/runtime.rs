@@ -12,14 +12,15 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, controller, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use kube_lease_manager::LeaseManagerBuilder;
 use serde::de::DeserializeOwned;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::pod::PodSettings;
 use super::{Error, OperatorArgs, Result, env_controller, task_controller};
 use crate::crd::{Environment, Task, TaskSet, TaskTemplate, labels};
+use crate::launch::{self, logging::LogFormat};
 
 /// Everything a reconcile reads: stores fed by watches (never a GET per reconcile).
 pub struct Ctx {
@@ -179,6 +180,7 @@ pub async fn run_controllers(
     let reporter = Reporter {
         controller: super::FIELD_MANAGER.into(),
         instance: args
+            .lease
             .identity
             .clone()
             .or_else(|| std::env::var("POD_NAME").ok()),
@@ -302,37 +304,31 @@ pub async fn run_controllers(
 /// Runs the operator: with leader election (a Lease) unless disabled; returns when `shutdown`
 /// fires, or with an error when leadership is lost (the process should exit and restart).
 pub async fn run(client: Client, args: OperatorArgs, shutdown: CancellationToken) -> Result<()> {
-    if args.no_leader_election {
+    let lease = args
+        .lease
+        .choice()
+        .config("envbridge-operator", super::FIELD_MANAGER)
+        .map_err(Error::Lease)?;
+    let Some(lease) = lease else {
         return run_controllers(client, args, shutdown).await;
-    }
-    let lease_ns = args
-        .lease_namespace
-        .clone()
-        .or_else(|| std::env::var("POD_NAMESPACE").ok())
-        .unwrap_or_else(|| "default".into());
-    let identity = args
-        .identity
-        .clone()
-        .or_else(|| std::env::var("POD_NAME").ok())
-        .unwrap_or_else(|| {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-            format!("{}-{}", host.trim(), std::process::id())
-        });
-    let manager = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-        .with_namespace(&lease_ns)
-        .with_identity(&identity)
-        .with_duration(15)
-        .with_grace(5)
-        .with_field_manager(super::FIELD_MANAGER)
-        .build()
-        .await?;
-    let (mut leader, handle) = manager.watch().await;
-    info!(lease = %args.lease_name, namespace = %lease_ns, %identity, "waiting for leadership");
+    };
+    let (tx, mut leader) = watch::channel(false);
+    let release = CancellationToken::new();
+    let held = tokio::spawn(launch::lease::hold(
+        client.clone(),
+        lease.clone(),
+        tx,
+        release.clone(),
+    ));
+    let stop_holding = || async {
+        release.cancel();
+        let _ = held.await;
+    };
+    info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity, "waiting for leadership");
     while !*leader.borrow_and_update() {
         tokio::select! {
             _ = shutdown.cancelled() => {
-                drop(leader);
-                let _ = handle.await;
+                stop_holding().await;
                 return Ok(());
             }
             changed = leader.changed() => if changed.is_err() {
@@ -340,15 +336,14 @@ pub async fn run(client: Client, args: OperatorArgs, shutdown: CancellationToken
             }
         }
     }
-    info!(%identity, "leader: starting controllers");
+    info!(identity = %lease.identity, "leader: starting controllers");
     let child = shutdown.child_token();
     let mut ctl = tokio::spawn(run_controllers(client, args, child.clone()));
     let lost = loop {
         tokio::select! {
             _ = shutdown.cancelled() => break false,
             r = &mut ctl => {
-                drop(leader);
-                let _ = handle.await;
+                stop_holding().await;
                 return r.unwrap_or(Ok(()));
             }
             changed = leader.changed() => {
@@ -360,8 +355,7 @@ pub async fn run(client: Client, args: OperatorArgs, shutdown: CancellationToken
     };
     child.cancel();
     let _ = ctl.await;
-    drop(leader);
-    let _ = handle.await;
+    stop_holding().await;
     if lost {
         warn!("leadership lost: controllers stopped");
         return Err(Error::LeaseLost);
@@ -369,30 +363,19 @@ pub async fn run(client: Client, args: OperatorArgs, shutdown: CancellationToken
     Ok(())
 }
 
-/// `envbridge operator`: client from the environment (KUBECONFIG or in-cluster), Ctrl-C stops.
+/// `envbridge operator`: client from the environment (KUBECONFIG or in-cluster); SIGTERM or
+/// Ctrl-C stops it, SIGUSR1 logs the requests sent so far.
 pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    if args.log_json {
-        tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .init();
+    let format = if args.log_json {
+        LogFormat::Json
     } else {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .init();
-    }
-    let rt = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: tokio runtime: {e}");
-            return std::process::ExitCode::from(1);
-        }
+        LogFormat::Text
     };
-    let result = rt.block_on(async move {
+    launch::logging::init(format);
+    let mut renamed = launch::legacy_env::Renamed::default();
+    let args = args.with_renamed(&mut renamed);
+    renamed.log();
+    launch::runtime::block_on(None, async move {
         let config = kube::Config::infer()
             .await
             .map_err(|e| Error::Config(e.to_string()))?;
@@ -402,35 +385,23 @@ pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
         let shutdown = CancellationToken::new();
         let s = shutdown.clone();
         tokio::spawn(async move {
-            let _ = tokio::signal::ctrl_c().await;
+            crate::signal::shutdown_signal().await;
             s.cancel();
         });
-        #[cfg(unix)]
+        // SIGUSR1: log the requests sent so far (the benchmark reads them at STANDBY).
+        let c = count.clone();
+        if let Ok(mut usr1) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
         {
-            // SIGUSR1: log the requests sent so far (the benchmark reads them at STANDBY).
-            let c = count.clone();
-            if let Ok(mut usr1) =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
-            {
-                tokio::spawn(async move {
-                    while usr1.recv().await.is_some() {
-                        info!(
-                            apiserver_requests = c.total(),
-                            by_verb = %c.summary(),
-                            "requests so far"
-                        );
-                    }
-                });
-            }
-            let s = shutdown.clone();
-            if let Ok(mut term) =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            {
-                tokio::spawn(async move {
-                    term.recv().await;
-                    s.cancel();
-                });
-            }
+            tokio::spawn(async move {
+                while usr1.recv().await.is_some() {
+                    info!(
+                        apiserver_requests = c.total(),
+                        by_verb = %c.summary(),
+                        "requests so far"
+                    );
+                }
+            });
         }
         let result = run(client, args, shutdown).await;
         // One fixed-format line (the benchmark reads it).
@@ -441,13 +412,6 @@ pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
             by_verb = %count.summary(),
             "operator stopped"
         );
-        result
-    });
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::from(1)
-        }
-    }
+        result.map(|()| std::process::ExitCode::SUCCESS)
+    })
 }

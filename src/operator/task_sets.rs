@@ -128,7 +128,8 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::crd::{EnvironmentSpec, TaskSetRef, TaskSetSpec, TransitionRequest, tasks_digest};
+    use crate::crd::{EnvironmentSpec, TaskSetRef, TaskSetSpec, TransitionRequest};
+    use crate::model::digest::tasks_digest;
     use crate::state::Event;
 
     fn tref(name: &str) -> TaskRef {

@@ -1,9 +1,10 @@
 //! Per-node task references: env, args, channel endpoints, control ports. No Kubernetes here
-//! (the one adapter to the CRD types is [`objects`]).
+//! (the one adapter to the CRD types is [`crate::objects`]).
 //!
 //! Library API (what the daemon and the CLI call):
 //! ```no_run
-//! use envbridge::plan::{RenderRequest, render};
+//! use envbridge::objects::render;
+//! use envbridge::plan::RenderRequest;
 //! use envbridge::workflow::Sources;
 //!
 //! let req = RenderRequest {
@@ -20,11 +21,9 @@
 
 mod channels;
 pub mod names;
-pub mod objects;
 pub mod ports;
 pub mod resolve;
 mod reuse;
-mod task_ref;
 pub mod templates;
 mod view;
 
@@ -37,8 +36,7 @@ use foldhash::fast::FixedState;
 
 use crate::workflow::model::FastMap;
 
-pub use objects::Rendered;
-pub use task_ref::{ControlMode, EnvVar, TaskRef};
+pub use crate::model::{ControlMode, EnvVar, TaskRef};
 pub use view::{TaskView, tasks_json};
 
 use crate::workflow::error::{Error, Loc};
@@ -122,18 +120,14 @@ pub struct Plan {
     pub ports: BTreeMap<String, BTreeSet<u16>>,
 }
 
-/// Renders a workflow into the objects to apply: TaskSets, then the Environment naming them.
-pub fn render(req: &RenderRequest) -> Result<Rendered, RenderError> {
+/// [`build`], and whether packing the plan into objects may use a second thread (a large
+/// plan on a machine with cores to spare; `crate::objects::render`).
+pub fn build_sized(req: &RenderRequest) -> Result<(Plan, bool), RenderError> {
     // The machine's cores are looked up once (it reads cgroup files).
     let cores = cores(req.threads);
     let plan = build_on(req, cores)?;
     let parallel = threads_for(cores, plan.tasks.len()) > 1;
-    Ok(objects::objects(
-        plan,
-        req.namespace.as_deref(),
-        req.task_set_budget,
-        parallel,
-    ))
+    Ok((plan, parallel))
 }
 
 /// Locates the workflow file of a request.

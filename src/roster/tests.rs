@@ -248,6 +248,26 @@ fn critical_error_fails_at_once_and_names_the_task() {
 }
 
 #[test]
+fn a_mass_failure_is_counted_in_one_short_message() {
+    let r = Roster::new();
+    r.apply_env(env(2000));
+    for i in 0..2000 {
+        let t = task(&r, &format!("t{i:04}"), "flp001", State::Standby);
+        r.apply_task(acted(t, &r, "x", State::Error));
+    }
+    match r.evaluate(&env_key(), "x", State::Configured, SystemTime::now()) {
+        Ok(Outcome::Failed {
+            failures, message, ..
+        }) => {
+            assert_eq!(failures.len(), 2000, "the outcome keeps every failure");
+            assert!(message.starts_with("2000 critical task(s) failed: t0000, t0001"));
+            assert!(message.ends_with("t0009 and 1990 more"), "{message}");
+        }
+        other => panic!("expected failure, got {other:?}"),
+    }
+}
+
+#[test]
 fn non_critical_failure_is_reported_but_does_not_fail() {
     let r = Roster::new();
     r.apply_env(env(2));

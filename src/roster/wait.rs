@@ -73,12 +73,24 @@ impl Failure {
     }
 }
 
+/// Tasks named in a failure's message; the rest are counted (a mass failure stays one line).
+const NAMED: usize = 10;
+
 impl Tally {
     /// The call fails when a critical task did.
     fn failed(self) -> Result<Outcome, Progress> {
-        let names: Vec<_> = self.failures.iter().map(|f| f.task.as_str()).collect();
+        let names: Vec<_> = self
+            .failures
+            .iter()
+            .take(NAMED)
+            .map(|f| f.task.as_str())
+            .collect();
+        let more = match self.failures.len().saturating_sub(NAMED) {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
         let message = format!(
-            "{} critical task(s) failed: {}",
+            "{} critical task(s) failed: {}{more}",
             self.failures.len(),
             names.join(", ")
         );

@@ -400,6 +400,9 @@ fn task_event(kind: &str, env: &EnvKey, t: pb::Task) -> pb::RosterEvent {
     }
 }
 
+/// Failures and warnings listed in one reply, at most (as in `Environment.status`).
+const LISTED: usize = 100;
+
 fn fill_outcome(
     out: Result<Outcome, crate::roster::Progress>,
     outcome: &mut String,
@@ -411,7 +414,7 @@ fn fill_outcome(
         Ok(Outcome::Reached { tasks, warnings: w }) => {
             *outcome = "reached".into();
             *message = format!("{tasks} task(s) reached the target");
-            *warnings = w.iter().map(convert::failure).collect();
+            *warnings = w.iter().take(LISTED).map(convert::failure).collect();
         }
         Ok(Outcome::Failed {
             message: m,
@@ -420,8 +423,9 @@ fn fill_outcome(
         }) => {
             *outcome = "failed".into();
             *message = m;
-            *failures = f.iter().map(convert::failure).collect();
-            *warnings = w.iter().map(convert::failure).collect();
+            // The message counts them all; the lists are capped as the Environment's are.
+            *failures = f.iter().take(LISTED).map(convert::failure).collect();
+            *warnings = w.iter().take(LISTED).map(convert::failure).collect();
         }
         Err(p) => {
             *outcome = "timeout".into();

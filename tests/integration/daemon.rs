@@ -278,6 +278,85 @@ async fn a_failing_configure_fails_the_call_at_once_naming_the_task() {
     assert_eq!(bad_task["state"], "ERROR");
 }
 
+/// A kill re-packs the environment with the render's packer: the sets are named
+/// `{env}-{index:04}-{hash}` and verify against their content, also for an environment written
+/// under the older scheme (one `{env}-{hash}` set per 200 tasks; here one per task).
+#[tokio::test]
+async fn a_kill_repacks_under_the_render_scheme_also_an_older_environment() {
+    use envbridge::crd::{TaskSetRef, TaskSetSpec};
+    use envbridge::model::digest::tasks_digest;
+    let ns = Setup::shared("daemon-repack").await;
+    let _sim = ns.sim(SimConfig::default());
+    let d = ns.daemon().await;
+    let id = "old";
+    let mut objs = fixture::readout_dataflow(
+        id,
+        &ns.tpl.prefix,
+        &fixture::hosts(2),
+        48900,
+        &Default::default(),
+    );
+    let tasks = objs.task_sets[0].spec.tasks.clone();
+    objs.task_sets = tasks
+        .iter()
+        .map(|t| {
+            let sha = tasks_digest(std::slice::from_ref(t));
+            TaskSet::new(
+                &format!("{id}-{}", &sha[..10]),
+                TaskSetSpec {
+                    environment: id.into(),
+                    tasks: vec![t.clone()],
+                },
+            )
+        })
+        .collect();
+    objs.environment.spec.task_sets = objs
+        .task_sets
+        .iter()
+        .map(|ts| TaskSetRef {
+            name: ts.metadata.name.clone().unwrap_or_default(),
+            blake3: tasks_digest(&ts.spec.tasks),
+            tasks: 1,
+        })
+        .collect();
+    fixture::apply_standby(&d, &ns.name, objs).await;
+    assert_eq!(names::<TaskSet>(&ns.client, &ns.name).await.len(), 6);
+
+    let mut api = d.client().await;
+    let victim = format!("{id}-flp002-stfsender");
+    assert!(fixture::kill(&mut api, id, &victim).await);
+    let envs: Api<Environment> = ns.api();
+    let sets: Api<TaskSet> = ns.api();
+    let env = envs.get(id).await.expect("environment");
+    let in_cluster = names::<TaskSet>(&ns.client, &ns.name).await;
+    let named: std::collections::BTreeSet<String> =
+        env.spec.task_sets.iter().map(|r| r.name.clone()).collect();
+    assert_eq!(
+        in_cluster, named,
+        "the old sets are gone, the new ones named"
+    );
+    let mut left = Vec::new();
+    for r in &env.spec.task_sets {
+        let (head, hash) = r.name.rsplit_once('-').expect("a hash");
+        let index = head
+            .strip_prefix(&format!("{id}-"))
+            .expect("the environment");
+        assert!(
+            index.len() == 4 && index.bytes().all(|b| b.is_ascii_digit()),
+            "{}",
+            r.name
+        );
+        let ts = sets.get(&r.name).await.expect("set");
+        assert_eq!(r.blake3, tasks_digest(&ts.spec.tasks), "{}", r.name);
+        assert_eq!(hash, &r.blake3[..10]);
+        left.extend(ts.spec.tasks.into_iter().map(|t| t.name));
+    }
+    assert_eq!((left.len(), env.spec.tasks), (5, 5));
+    assert!(!left.contains(&victim));
+    let r = fixture::run_transition(&mut api, transition(id, "CONFIGURE", &[])).await;
+    assert!(r.ok && r.tasks == 5, "{}", r.message);
+}
+
 #[tokio::test]
 async fn a_non_critical_failure_is_reported_but_does_not_fail() {
     let ns = Setup::shared("daemon-soft").await;
@@ -292,7 +371,7 @@ async fn a_non_critical_failure_is_reported_but_does_not_fail() {
         &Default::default(),
     );
     objs.task_sets[0].spec.tasks[2].critical = false;
-    let objs = envbridge::bridge::objects::pack(
+    let objs = envbridge::objects::pack(
         "soft",
         "soft",
         "readout-dataflow",
@@ -666,22 +745,17 @@ async fn apiserver_throttling_is_retried_not_turned_into_a_failure() {
         47100,
         &Default::default(),
     );
-    let tasks = packed.task_sets[0].spec.tasks.clone();
-    let sets: Vec<TaskSet> = tasks
-        .iter()
-        .map(|t| envbridge::bridge::objects::task_set(id, vec![t.clone()]))
-        .collect();
-    let objs = envbridge::bridge::objects::Objects {
-        environment: envbridge::bridge::objects::environment(
-            id,
-            id,
-            "readout-dataflow",
-            8,
-            tasks.len() as u32,
-            &sets,
-        ),
-        task_sets: sets,
+    let plan = envbridge::plan::Plan {
+        environment_id: id.into(),
+        environment_name: id.into(),
+        workflow: "readout-dataflow".into(),
+        tasks: packed.task_sets[0].spec.tasks.clone(),
+        hooks: Vec::new(),
+        ports: packed.ports.clone(),
     };
+    // A budget of one byte: every task is a set of its own.
+    let objs = envbridge::objects::from_plan(plan, None, 1, false);
+    assert_eq!(objs.task_sets.len(), 24);
     let before = apf::rejected(&admin, level).await;
     let seen_before = throttled.get();
     let started = Instant::now();
@@ -822,7 +896,7 @@ async fn a_daemon_killed_mid_transition_rebuilds_its_roster_and_duplicates_nothi
 #[tokio::test]
 async fn two_replicas_never_both_write() {
     let ns = Setup::shared("daemon-lease").await;
-    let lease = |id: &str| envbridge::bridge::leader::LeaseConfig {
+    let lease = |id: &str| envbridge::launch::lease::LeaseConfig {
         namespace: ns.name.clone(),
         name: "envbridge-daemon".into(),
         identity: id.into(),
@@ -830,6 +904,7 @@ async fn two_replicas_never_both_write() {
         // time (a 10 s lease once expired under load); the handover below is by release.
         duration: 30,
         grace: 5,
+        field_manager: "envbridge-daemon".into(),
     };
     let a = ns.daemon().await;
     let b = ns.daemon().await;

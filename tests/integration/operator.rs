@@ -137,9 +137,12 @@ fn args(ns: &str, lease: Option<&str>) -> OperatorArgs {
     OperatorArgs {
         namespace: Some(ns.into()),
         headless_discovery_port: DISCOVERY_PORT,
-        no_leader_election: lease.is_none(),
-        lease_name: lease.unwrap_or("unused").into(),
-        lease_namespace: Some("envbridge-system".into()),
+        lease: envbridge::launch::lease::OperatorLease {
+            no_leader_election: lease.is_none(),
+            lease_name: lease.map(String::from),
+            lease_namespace: Some("envbridge-system".into()),
+            identity: None,
+        },
         connect_timeout_seconds: 10,
         ..OperatorArgs::default()
     }

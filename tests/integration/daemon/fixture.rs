@@ -6,11 +6,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envbridge::bridge::objects::{Objects, pack};
 use envbridge::bridge::{
     Bridge, BridgeConfig, BridgeError, CreateSpec, Metrics, NamespaceMode, Renderer, TakenPorts,
 };
 use envbridge::crd::{TaskTemplate, TaskTemplateSpec};
+use envbridge::objects::{Objects, pack};
 use envbridge::plan::{ControlMode, EnvVar, TaskRef};
 use envbridge::server::pb;
 use envbridge::server::pb::env_bridge_client::EnvBridgeClient;
@@ -629,7 +629,10 @@ impl Operator {
             client,
             envbridge::operator::OperatorArgs {
                 namespace: Some(ns.to_string()),
-                no_leader_election: true,
+                lease: envbridge::launch::lease::OperatorLease {
+                    no_leader_election: true,
+                    ..Default::default()
+                },
                 connect_timeout_seconds: 20,
                 ..envbridge::operator::OperatorArgs::default()
             },

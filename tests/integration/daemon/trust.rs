@@ -398,51 +398,101 @@ async fn ports_stay_disjoint_across_a_daemon_restart_while_the_operator_is_stopp
     }
 }
 
+/// A daemon process (the real binary, the project's workflows) killed with SIGKILL between
+/// its TaskSet writes and its Environment write; a restarted daemon removes what it left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn task_sets_a_crashed_create_left_are_swept() {
-    let ns = Setup::shared("daemon-sweep").await;
-    // What a daemon killed between its TaskSet writes and its Environment write leaves.
-    let objs = fixture::readout_dataflow(
-        "orphan",
-        &ns.tpl.prefix,
-        &fixture::hosts(2),
-        48800,
-        &Default::default(),
-    );
-    let sets: Api<TaskSet> = ns.api();
-    let pp = kube::api::PatchParams::apply("envbridge-daemon-test").force();
-    for mut ts in objs.task_sets {
-        ts.metadata.namespace = Some(ns.name.clone());
-        let name = ts.metadata.name.clone().unwrap();
-        sets.patch(&name, &pp, &kube::api::Patch::Apply(&ts))
-            .await
-            .expect("write a TaskSet");
-    }
-    assert!(
-        !sets
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
-    let mut cfg = fixed_ns(&ns.name);
-    cfg.orphan_grace = Duration::ZERO;
-    let _d = ns.daemon_with(cfg).await;
-    let started = Instant::now();
-    while !sets
-        .list(&Default::default())
+async fn a_daemon_killed_between_its_writes_leaves_nothing_once_restarted() {
+    let ns = Setup::shared("daemon-sigkill").await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
         .await
-        .unwrap()
-        .items
-        .is_empty()
-    {
+        .expect("TaskTemplates");
+    let spawn = |port: u16, hold_ms: u64, grace: &str| {
+        super::Child(
+            std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+                .args([
+                    "daemon",
+                    "--namespace",
+                    &ns.name,
+                    "--watch-namespace",
+                    &ns.name,
+                ])
+                .args(["--no-leader-election", "--insecure-no-auth"])
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                .args(["--metrics-listen", "127.0.0.1:0", "--orphan-grace", grace])
+                .arg("--tasks-dir")
+                .arg(root.join("control-workflows/tasks"))
+                .arg("--workflows-dir")
+                .arg(root.join("control-workflows/workflows"))
+                .arg("--defaults")
+                .arg(root.join("site/local.yaml"))
+                .env("KUBECONFIG", &ns.kubeconfig)
+                .env(
+                    "ENVBRIDGE_TEST_HOLD_BEFORE_ENVIRONMENT_WRITE_MS",
+                    hold_ms.to_string(),
+                )
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn the daemon"),
+        )
+    };
+    let connect = |port: u16| async move {
+        crate::support::wait_for(
+            "the daemon to listen",
+            Duration::from_secs(60),
+            || async move {
+                pb::env_bridge_client::EnvBridgeClient::connect(format!("http://127.0.0.1:{port}"))
+                    .await
+                    .ok()
+            },
+        )
+        .await
+    };
+    let sets: Api<TaskSet> = ns.api();
+    let envs: Api<Environment> = ns.api();
+    let count =
+        |api: Api<TaskSet>| async move { api.list(&Default::default()).await.unwrap().items.len() };
+
+    let port = fixture::free_port();
+    let mut first = spawn(port, 120_000, "120");
+    let mut api = connect(port).await;
+    let mut create = req("readout-dataflow", &[("hosts", r#"["flp001","flp002"]"#)]);
+    create.env_id = "killed".into();
+    let pending = tokio::spawn(async move { api.create_environment(create).await });
+    crate::support::wait_for("the TaskSets written", Duration::from_secs(60), || {
+        let sets = sets.clone();
         assert!(
-            started.elapsed() < Duration::from_secs(30),
+            !pending.is_finished(),
+            "the create ended before its TaskSets were seen"
+        );
+        async move { (count(sets).await > 0).then_some(()) }
+    })
+    .await;
+    first.0.kill().expect("kill -9 the daemon");
+    let _ = first.0.wait();
+    assert!(
+        pending.await.expect("join").is_err(),
+        "the create cannot have succeeded"
+    );
+    assert!(
+        count(sets.clone()).await > 0,
+        "TaskSets without their Environment"
+    );
+    assert!(envs.get_opt("killed").await.unwrap().is_none());
+
+    // Restarted: the leader sweeps what the crash left (grace 0 here; 120 s by default).
+    let port2 = fixture::free_port();
+    let _second = spawn(port2, 0, "0");
+    let started = Instant::now();
+    while count(sets.clone()).await > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
             "the orphaned TaskSets are still there"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    assert!(envs.get_opt("killed").await.unwrap().is_none());
 }
 
 /// manifests/deploy/admission-policy.yaml on the local apiserver: a privileged TaskTemplate is

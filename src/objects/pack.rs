@@ -1,59 +1,37 @@
-//! The one adapter from the pure plan to the CRD types: TaskSets (grouped by node, each under
-//! a byte budget) and the Environment naming them with their content hash (BLAKE3).
+//! The packer: tasks grouped by node into TaskSets under a byte budget, each named by its
+//! index and the content hash (BLAKE3) of the bytes written here, and the Environment naming
+//! them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{Plan, TaskRef};
-use crate::crd::{
-    Environment, EnvironmentSpec, HookRef, TaskSet, TaskSetRef, TaskSetSpec, json_digest, labels,
-};
+use super::Objects;
+use crate::crd::{Environment, EnvironmentSpec, HookRef, TaskSet, TaskSetRef, TaskSetSpec, labels};
+use crate::model::TaskRef;
+use crate::model::digest::{json_digest, serialize_into};
+use crate::plan::Plan;
 use crate::state::State;
-
-/// The objects to apply, in order: every TaskSet, then the Environment.
-#[derive(Clone, Debug)]
-pub struct Rendered {
-    pub environment: Environment,
-    pub task_sets: Vec<TaskSet>,
-    /// Ports taken per node (control and TCP), for keeping later environments disjoint.
-    pub ports: BTreeMap<String, BTreeSet<u16>>,
-}
-
-impl Rendered {
-    /// Every task, sorted by node then role path (the `-o tasks` view reads this): the TaskSets
-    /// hold them in that order, so this is a view over them, not a second copy.
-    pub fn tasks(&self) -> impl ExactSizeIterator<Item = &TaskRef> + Clone {
-        Tasks {
-            sets: &self.task_sets,
-            set: 0,
-            at: 0,
-            left: self.task_sets.iter().map(|s| s.spec.tasks.len()).sum(),
-        }
-    }
-
-    /// The objects as JSON values, TaskSets first.
-    pub fn to_json_values(&self) -> Vec<serde_json::Value> {
-        let mut out: Vec<serde_json::Value> = self
-            .task_sets
-            .iter()
-            .filter_map(|ts| serde_json::to_value(ts).ok())
-            .collect();
-        if let Ok(v) = serde_json::to_value(&self.environment) {
-            out.push(v);
-        }
-        out
-    }
-}
 
 /// The tasks of a list of TaskSets in order, with a known length.
 #[derive(Clone)]
-struct Tasks<'a> {
+pub(super) struct Tasks<'a> {
     sets: &'a [TaskSet],
     set: usize,
     at: usize,
     left: usize,
+}
+
+impl<'a> Tasks<'a> {
+    pub(super) fn over(sets: &'a [TaskSet]) -> Self {
+        Tasks {
+            sets,
+            set: 0,
+            at: 0,
+            left: sets.iter().map(|s| s.spec.tasks.len()).sum(),
+        }
+    }
 }
 
 impl<'a> Iterator for Tasks<'a> {
@@ -92,9 +70,14 @@ fn meta(name: &str, namespace: Option<&str>, env_name: &str) -> ObjectMeta {
 
 /// Splits the tasks into TaskSets of at most `budget` bytes of task JSON (a node's tasks stay
 /// together unless they alone exceed the budget) and builds the Environment. The tasks come
-/// sorted by node ([`super::build`] sorts them).
+/// sorted by node (`plan::build` sorts them; any order packs, with more sets).
 /// `parallel`: a second thread may serialize part of the tasks (the objects are the same).
-pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize, parallel: bool) -> Rendered {
+pub fn from_plan(
+    mut plan: Plan,
+    namespace: Option<&str>,
+    budget: usize,
+    parallel: bool,
+) -> Objects {
     let env_name = plan.environment_name.clone();
     let tasks = &plan.tasks;
     let runs: Vec<Range<usize>> = node_runs(tasks).collect();
@@ -153,7 +136,7 @@ pub fn objects(mut plan: Plan, namespace: Option<&str>, budget: usize, parallel:
     };
     let mut environment = Environment::new(&env_name, spec);
     environment.metadata = meta(&env_name, namespace, &env_name);
-    Rendered {
+    Objects {
         environment,
         task_sets,
         ports: plan.ports,
@@ -218,21 +201,6 @@ fn node_runs(tasks: &[TaskRef]) -> impl Iterator<Item = Range<usize>> + '_ {
         at = run.end;
         run
     })
-}
-
-/// Appends each task's JSON to `json`, and where it lies to `spans`.
-///
-/// sonic-rs writes the same bytes as `serde_json::to_vec` (which defines the content hash,
-/// [`crate::crd::tasks_digest`]; tested below for every kind of character) but escapes strings
-/// with SIMD, and strings are most of a task.
-fn serialize_into(tasks: &[TaskRef], json: &mut Vec<u8>, spans: &mut Vec<Range<usize>>) {
-    for t in tasks {
-        let at = json.len();
-        if sonic_rs::to_writer(&mut *json, t).is_err() {
-            json.truncate(at);
-        }
-        spans.push(at..json.len());
-    }
 }
 
 /// Packs serialized tasks, node by node, into sets of at most `budget` bytes: a set closes
@@ -300,7 +268,9 @@ impl Packer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::tasks_digest;
+    use std::collections::BTreeSet;
+
+    use crate::model::digest::tasks_digest;
 
     /// Tasks on `nodes` nodes (node n holds n % 4 + 1 tasks), of uneven sizes.
     fn plan(nodes: usize) -> Plan {
@@ -328,6 +298,8 @@ mod tests {
 
     #[test]
     fn tasks_serialize_as_serde_json_writes_them() {
+        // The bytes the packer hashes are what serde_json (and so the apiserver's reader)
+        // would write: a TaskSet read back hashes the same.
         // Every ASCII character (controls, quote, backslash, DEL), multi-byte UTF-8, long and
         // empty strings, in every kind of field.
         let ascii: String = (0u8..128).map(char::from).collect();
@@ -349,7 +321,7 @@ mod tests {
                 user: (i % 2 == 1).then(|| s.clone()),
                 control_port: u16::MAX - i as u16,
                 timeout_seconds: Some(u32::MAX - i as u32),
-                env: vec![crate::plan::EnvVar {
+                env: vec![crate::model::EnvVar {
                     name: a.clone(),
                     value: a.clone(),
                 }],
@@ -395,7 +367,7 @@ mod tests {
             .collect();
         let largest = sizes.values().max().copied().unwrap();
         for budget in [1, 200, 700, 1500, 4000, 1 << 20] {
-            let r = objects(p.clone(), None, budget, false);
+            let r = from_plan(p.clone(), None, budget, false);
             let names: Vec<&str> = r.tasks().map(|t| t.name.as_str()).collect();
             let want: Vec<&str> = p.tasks.iter().map(|t| t.name.as_str()).collect();
             assert_eq!(names, want, "budget {budget}: order");

@@ -111,3 +111,51 @@ impl TaskRef {
             })
     }
 }
+
+impl TaskRef {
+    /// The ports this task takes on its node: its control port (none for hook and basic
+    /// tasks: 0) and every TCP port it binds (`tcp://*:P` or `tcp://0.0.0.0:P`). The plan
+    /// allocates them; this reads them back off a reference that comes from the cluster.
+    pub fn ports(&self) -> Vec<u16> {
+        let mut ports: Vec<u16> = [self.control_port]
+            .into_iter()
+            .filter(|p| *p != 0)
+            .collect();
+        for (k, v) in &self.channels {
+            if !k.ends_with(".address") {
+                continue;
+            }
+            let bound = v
+                .strip_prefix("tcp://*:")
+                .or_else(|| v.strip_prefix("tcp://0.0.0.0:"));
+            if let Some(p) = bound.and_then(|p| p.parse::<u16>().ok()) {
+                ports.push(p);
+            }
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_control_plus_bound_tcp() {
+        let mut t = TaskRef {
+            control_port: 47100,
+            ..TaskRef::default()
+        };
+        t.channels
+            .insert("chans.out.0.address".into(), "tcp://*:5555".into());
+        t.channels
+            .insert("chans.in.0.address".into(), "tcp://flp002:6000".into());
+        t.channels
+            .insert("chans.ipc.0.address".into(), "ipc://@x".into());
+        t.channels
+            .insert("chans.out.0.method".into(), "bind".into());
+        assert_eq!(t.ports(), [5555, 47100]);
+    }
+}

@@ -1,0 +1,209 @@
+//! The data flows one way (docs/architecture.md): the pure core has no Kubernetes in it, and
+//! no two top-level modules of the library import each other, directly or around a circle.
+//! Read from the source text (code only, comments stripped).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Modules that must not know Kubernetes, nor the CRD types.
+const PURE: [&str; 5] = ["model", "workflow", "plan", "roster", "state"];
+const KUBERNETES: [&str; 3] = ["kube::", "k8s_openapi::", "crate::crd"];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every `.rs` file under `dir` (or `dir` itself when it is a file).
+fn files(dir: &Path) -> Vec<PathBuf> {
+    if dir.is_file() {
+        return vec![dir.to_path_buf()];
+    }
+    let mut out = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("entry").path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            out.extend(files(&p));
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The code of a file: `//` comments (doc comments included) removed, line by line. A `//`
+/// inside a string literal would cut the line short; that only hides text, never adds it.
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).expect("read");
+    text.lines()
+        .map(|l| match l.find("//") {
+            Some(i) => &l[..i],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The library's top-level modules (what `src/lib.rs` declares), each with its files.
+fn modules() -> BTreeMap<String, Vec<PathBuf>> {
+    let lib = code(&src().join("lib.rs"));
+    let mut out = BTreeMap::new();
+    for line in lib.lines() {
+        let Some(name) = line.trim().strip_prefix("pub mod ") else {
+            continue;
+        };
+        let name = name.trim_end_matches(';').trim().to_string();
+        let dir = src().join(&name);
+        let path = if dir.is_dir() {
+            dir
+        } else {
+            src().join(format!("{name}.rs"))
+        };
+        out.insert(name, files(&path));
+    }
+    assert!(out.len() > 5, "src/lib.rs lists its modules: {out:?}");
+    out
+}
+
+/// The top-level modules a piece of code names through `crate::`.
+fn imports(code: &str, known: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (i, _) in code.match_indices("crate::") {
+        let before = code[..i].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue; // e.g. `envbridge_crate::`
+        }
+        let rest = &code[i + "crate::".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if known.contains(&name) {
+            out.insert(name);
+        }
+        // `crate::{a, b::c}`
+        if rest.starts_with('{') {
+            let group = &rest[1..rest.find('}').unwrap_or(rest.len())];
+            for part in group.split(',') {
+                let head = part.trim().split("::").next().unwrap_or("").trim();
+                if known.contains(head) {
+                    out.insert(head.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let mods = modules();
+    let known: BTreeSet<String> = mods.keys().cloned().collect();
+    mods.iter()
+        .map(|(name, files)| {
+            let mut deps = BTreeSet::new();
+            for f in files {
+                deps.extend(imports(&code(f), &known));
+            }
+            deps.remove(name);
+            (name.clone(), deps)
+        })
+        .collect()
+}
+
+/// A circle through `start`, if any (depth-first).
+fn circle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        g: &BTreeMap<String, BTreeSet<String>>,
+        at: &str,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == at) {
+            let mut c = path[i..].to_vec();
+            c.push(at.to_string());
+            return Some(c);
+        }
+        if done.contains(at) {
+            return None;
+        }
+        path.push(at.to_string());
+        for next in g.get(at).into_iter().flatten() {
+            if let Some(c) = visit(g, next, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(at.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for start in g.keys() {
+        if let Some(c) = visit(g, start, &mut Vec::new(), &mut done) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+#[test]
+fn the_pure_core_has_no_kubernetes() {
+    let mods = modules();
+    let mut found = Vec::new();
+    for m in PURE {
+        let files = mods
+            .get(m)
+            .unwrap_or_else(|| panic!("src/lib.rs declares no module {m}"));
+        for f in files {
+            let code = code(f);
+            for k in KUBERNETES {
+                if code.contains(k) || code.contains(&format!("use {}", k.trim_end_matches("::"))) {
+                    found.push(format!("{}: {k}", f.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "Kubernetes in the pure core:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn no_two_top_level_modules_import_each_other() {
+    let g = graph();
+    eprintln!("{g:#?}");
+    if let Some(c) = circle(&g) {
+        panic!(
+            "modules import each other: {}\ngraph: {g:#?}",
+            c.join(" -> ")
+        );
+    }
+    // The reader sees real imports (else the checks above prove nothing).
+    assert!(
+        g["bridge"].contains("crd") && g["operator"].contains("model"),
+        "{g:#?}"
+    );
+    // What the core may know: the vocabulary, and the layers below it in the flow.
+    assert!(g["model"].is_empty(), "model imports {:?}", g["model"]);
+    assert!(!g["plan"].contains("crd"), "plan imports crd");
+}
+
+#[test]
+fn the_checks_see_a_circle_and_an_import() {
+    // The checker itself: a circle of three, and imports in every spelling it must catch.
+    let g: BTreeMap<String, BTreeSet<String>> = [("a", "b"), ("b", "c"), ("c", "a")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), BTreeSet::from([v.to_string()])))
+        .collect();
+    assert_eq!(circle(&g).map(|c| c.len()), Some(4));
+    let known: BTreeSet<String> = ["crd", "plan", "state"].map(String::from).into();
+    let seen = imports(
+        "use crate::{plan::TaskRef, state};\nfn f(x: crate::crd::Task) {}\nmy_crate::crd",
+        &known,
+    );
+    assert_eq!(seen, known);
+}
