@@ -4,8 +4,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
 
+use envbridge::roster::{EnvKey, EnvRecord, Roster, TaskRecord};
 use envbridge::server::auth::Tokens;
+use envbridge::state::State;
+use http_body_util::BodyExt;
 
 use super::fixture::{Daemon, Setup, fixed_ns, test_renderer};
 use super::web::{self, request, send, sse_event};
@@ -237,4 +241,158 @@ async fn a_standby_replica_shows_the_dashboard_read_only() {
     .await;
     assert_eq!(a.status, 503, "{}", a.body);
     assert!(a.body.contains("standby"), "{}", a.body);
+}
+
+/// An environment `key.name` of `tasks` tasks on `tasks / 20` nodes, RUNNING, for records put
+/// straight into a daemon's roster (the page's source) by the page's scale tests.
+pub fn synthetic_env(key: &EnvKey, tasks: u32) -> EnvRecord {
+    EnvRecord {
+        key: key.clone(),
+        id: key.name.clone(),
+        workflow: "readout-dataflow".into(),
+        nodes: tasks.div_ceil(20),
+        tasks,
+        desired: State::Running,
+        state: Some(State::Running),
+        requested: None,
+        observed: None,
+        failing: vec![],
+        deleting: false,
+        run_number: Some("77".into()),
+        created_at: SystemTime::now(),
+        changed_at: SystemTime::now(),
+    }
+}
+
+/// Task `i` of [`synthetic_env`]: `<name>-task-NNNN` on `flp(i/20+1)`, four classes.
+pub fn synthetic_task(
+    r: &Roster,
+    key: &EnvKey,
+    i: usize,
+    state: State,
+    message: Option<&str>,
+) -> TaskRecord {
+    const CLASSES: [&str; 4] = ["readout", "stfbuilder", "stfsender", "qc"];
+    let node = format!("flp{:03}", i / 20 + 1);
+    TaskRecord {
+        name: format!("{}-task-{i:04}", key.name).into(),
+        env: key.clone(),
+        node: r.intern(&node),
+        class: r.intern(CLASSES[i % 4]),
+        path: format!("{}.host-{node}.role{}.t{i:04}", key.name, i % 4).into(),
+        critical: true,
+        state,
+        pod_phase: Some(r.intern("Running")),
+        pod_ip: Some(r.intern(&format!("127.1.{}.{}", i / 250, i % 250))),
+        message: message.map(Into::into),
+        transition: None,
+        ports: vec![40000 + (i % 20) as u16].into(),
+        control_port: 40000 + (i % 20) as u16,
+        deleting: false,
+        changed_at: SystemTime::now(),
+    }
+}
+
+/// A live client that does not read lags alone: another one keeps getting every change at
+/// once, and the slow one, when it reads again, is given a fresh snapshot (its missed changes
+/// were dropped, not buffered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_live_client_lags_alone_and_gets_a_fresh_snapshot() {
+    let ns = Setup::shared("dash-slow").await;
+    let d = daemon(&ns).await;
+    let r = d.bridge.roster.clone();
+    let key = EnvKey::new(&ns.name, "slow");
+    r.apply_env(synthetic_env(&key, 2000));
+    for i in 0..2000 {
+        r.apply_task(synthetic_task(&r, &key, i, State::Running, None));
+    }
+    let cookie = web::login(d.http, VIEWER).await;
+    let c = [("cookie", cookie.as_str())];
+    // The slow client: its stream is opened and then not read.
+    let slow = send(d.http, "GET", "/ui/events?env=slow", &c, "").await;
+    assert_eq!(slow.status(), 200);
+    let fast = send(d.http, "GET", "/ui/events?env=slow", &c, "").await;
+    let mut fast = fast.into_body();
+    // Rounds over every task: more changes than the roster's broadcast holds, and more bytes
+    // (about 30 MB) than the sockets' buffers take for the client that does not read.
+    for round in 0..50 {
+        let state = if round % 2 == 0 {
+            State::Configured
+        } else {
+            State::Running
+        };
+        for i in 0..2000 {
+            r.apply_task(synthetic_task(&r, &key, i, state, None));
+        }
+        tokio::task::yield_now().await;
+    }
+    r.apply_task(synthetic_task(
+        &r,
+        &key,
+        1999,
+        State::Error,
+        Some("the last change"),
+    ));
+    let started = std::time::Instant::now();
+    let mut seen = String::new();
+    while !seen.contains("the last change") {
+        let left = Duration::from_secs(20).saturating_sub(started.elapsed());
+        let frame = tokio::time::timeout(left, fast.frame())
+            .await
+            .expect("the reading client got the last change within 20 s")
+            .expect("stream open")
+            .expect("frame");
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+            // Keep the tail only: the test needs the last message, not the whole history.
+            if seen.len() > 1 << 20 {
+                seen.drain(..seen.len() - (1 << 16));
+            }
+        }
+    }
+    eprintln!(
+        "dashboard: a reading client had the last change {:?} after it, beside a stalled one",
+        started.elapsed()
+    );
+    // The slow one: a first snapshot, then (it lagged) another snapshot carrying the truth.
+    let mut slow = slow.into_body();
+    let mut snapshots = 0;
+    let mut total = 0;
+    let mut tail = String::new();
+    // The end of the previous frame: an event's head may be split across frames.
+    let mut carry = String::new();
+    let started = std::time::Instant::now();
+    while snapshots < 2 || !tail.contains("the last change") {
+        let left = Duration::from_secs(30).saturating_sub(started.elapsed());
+        let frame = tokio::time::timeout(left, slow.frame())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "the slow client: {snapshots} snapshot(s), {total} bytes and no last change within 30 s"
+                )
+            })
+            .expect("stream open")
+            .expect("frame");
+        if let Ok(data) = frame.into_data() {
+            total += data.len();
+            let text = String::from_utf8_lossy(&data);
+            let joined = format!("{carry}{text}");
+            snapshots += joined.matches("event: snapshot").count();
+            carry = joined
+                .chars()
+                .rev()
+                .take(14)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            tail.push_str(&text);
+            if tail.len() > 1 << 20 {
+                tail.drain(..tail.len() - (1 << 16));
+            }
+        }
+    }
+    eprintln!(
+        "dashboard: the stalled client read {total} bytes afterwards: {snapshots} snapshots (it lagged) and the truth"
+    );
 }

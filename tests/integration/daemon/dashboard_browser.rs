@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::Child;
-use super::dashboard::{ADMIN, tokens};
+use super::dashboard::{ADMIN, synthetic_env, synthetic_task, tokens};
 use super::fixture::{self, Daemon, fixed_ns};
 use super::web::{Browser, CutProxy, require_chromium};
 use crate::support::{self, TestNamespace};
@@ -295,9 +295,8 @@ fn sim_change_ms(log: &Path) -> u64 {
 /// the path from the cluster into the roster is the daemon tests' and the test above's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_with_2000_tasks_renders_only_what_is_visible_and_updates_in_place() {
-    use envbridge::roster::{EnvKey, EnvRecord, TaskRecord};
+    use envbridge::roster::EnvKey;
     use envbridge::state::State;
-    use std::time::SystemTime;
 
     require_chromium();
     let ns = TestNamespace::new("dash-big").await;
@@ -310,43 +309,9 @@ async fn dashboard_with_2000_tasks_renders_only_what_is_visible_and_updates_in_p
     .await;
     let r = d.bridge.roster.clone();
     let key = EnvKey::new(&ns.name, "big");
-    r.apply_env(EnvRecord {
-        key: key.clone(),
-        id: "big".into(),
-        workflow: "readout-dataflow".into(),
-        nodes: 100,
-        tasks: 2000,
-        desired: State::Running,
-        state: Some(State::Running),
-        requested: None,
-        observed: None,
-        failing: vec![],
-        deleting: false,
-        run_number: Some("77".into()),
-        created_at: SystemTime::now(),
-        changed_at: SystemTime::now(),
-    });
-    let classes = ["readout", "stfbuilder", "stfsender", "qc"];
-    let task = |i: usize, state: State, message: Option<&str>| {
-        let node = format!("flp{:03}", i / 20 + 1);
-        TaskRecord {
-            name: format!("big-task-{i:04}").into(),
-            env: key.clone(),
-            node: r.intern(&node),
-            class: r.intern(classes[i % 4]),
-            path: format!("big.host-{node}.role{}.t{i:04}", i % 4).into(),
-            critical: true,
-            state,
-            pod_phase: Some(r.intern("Running")),
-            pod_ip: Some(r.intern(&format!("127.1.{}.{}", i / 250, i % 250))),
-            message: message.map(Into::into),
-            transition: None,
-            ports: vec![40000 + (i % 20) as u16].into(),
-            control_port: 40000 + (i % 20) as u16,
-            deleting: false,
-            changed_at: SystemTime::now(),
-        }
-    };
+    r.apply_env(synthetic_env(&key, 2000));
+    let task =
+        |i: usize, state: State, message: Option<&str>| synthetic_task(&r, &key, i, state, message);
     for i in 0..2000 {
         r.apply_task(task(i, State::Running, None));
     }
