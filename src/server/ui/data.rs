@@ -71,7 +71,7 @@ pub async fn workflows(State(ui): State<Arc<Ui>>, headers: HeaderMap) -> Result<
     let cfg = ui.bridge.cfg.clone();
     let list = tokio::task::spawn_blocking(move || {
         let mut names: Vec<String> = std::fs::read_dir(&dir)
-            .map_err(|e| UiError::Kube(format!("{}: {e}", dir.display())))?
+            .map_err(|e| UiError::Workflows(format!("{}: {e}", dir.display())))?
             .filter_map(|e| e.ok())
             .filter_map(|e| {
                 e.file_name()
@@ -91,7 +91,7 @@ pub async fn workflows(State(ui): State<Arc<Ui>>, headers: HeaderMap) -> Result<
         )
     })
     .await
-    .map_err(|e| UiError::Kube(e.to_string()))??;
+    .map_err(|e| UiError::Workflows(e.to_string()))??;
     Ok(Json(list).into_response())
 }
 

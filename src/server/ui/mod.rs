@@ -59,6 +59,8 @@ pub enum UiError {
     Api(tonic::Status),
     #[error("reading the cluster: {0}")]
     Kube(String),
+    #[error("reading the workflows: {0}")]
+    Workflows(String),
 }
 
 impl IntoResponse for UiError {
@@ -71,6 +73,7 @@ impl IntoResponse for UiError {
             UiError::NotFound(_) => StatusCode::NOT_FOUND,
             UiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             UiError::Kube(_) => StatusCode::BAD_GATEWAY,
+            UiError::Workflows(_) => StatusCode::INTERNAL_SERVER_ERROR,
             UiError::Api(s) => match s.code() {
                 Code::InvalidArgument => StatusCode::BAD_REQUEST,
                 Code::NotFound => StatusCode::NOT_FOUND,

@@ -19,7 +19,8 @@ use crate::support::{self, TestNamespace};
 /// Generous: the figure is printed; the benchmark measures the live path itself.
 const FAILURE_SEEN_WITHIN: Duration = Duration::from_secs(30);
 const STEP: Duration = Duration::from_secs(90);
-/// The simulator fails this long after RUNNING (the first run is STOPped before that).
+/// The simulator fails this long after RUNNING (the first run is STOPped before that: its
+/// screenshot and the STOP dialog take about a second).
 const FAIL_IN: &str = "RUNNING=8s";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,14 +129,19 @@ async fn dashboard_in_a_real_browser_drives_an_environment_and_shows_a_failure_l
     b.screenshot("05-configured").await;
     // START with a run number, then STOP before the simulator's failure is due.
     transition(&b, "START", Some("4242"), "RUNNING").await;
+    let running = Instant::now();
     assert_eq!(b.text("#env-run").await, "4242");
     b.screenshot("06-running").await;
+    transition(&b, "STOP", None, "CONFIGURED").await;
+    eprintln!(
+        "dashboard: STOP done {:?} after RUNNING (the simulator fails {FAIL_IN})",
+        running.elapsed()
+    );
+    b.screenshot("07-stopped").await;
     // The page's actions are the API's: audited with the logged-in caller.
     for what in ["create readout-dataflow", &format!("transition {id} START")] {
         audited(&ns.client, &ns.name, &format!("ada (admin) {what}")).await;
     }
-    transition(&b, "STOP", None, "CONFIGURED").await;
-    b.screenshot("07-stopped").await;
 
     // START again: this time the StfBuilder on flp002 fails by itself while RUNNING.
     transition(&b, "START", Some("4243"), "RUNNING").await;
