@@ -176,5 +176,5 @@
     wfSel.replaceChildren(...workflows.map((w) => el('option', { value: w.name, text: w.name })));
     build();
   });
-  $('#conn').textContent = '';
+  $('#conn').hidden = true; // this page has no live feed
 })();
