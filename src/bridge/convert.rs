@@ -64,6 +64,19 @@ pub fn env_record(r: &Roster, env: &Environment) -> EnvRecord {
             })
             .unwrap_or_default(),
         deleting: env.metadata.deletion_timestamp.is_some(),
+        run_number: env
+            .spec
+            .transition
+            .as_ref()
+            .filter(|t| t.event == crate::state::Event::Start)
+            .and_then(|t| t.arguments.get("run_number"))
+            .map(|n| r.intern(n)),
+        created_at: env
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| SystemTime::from(t.0))
+            .unwrap_or(SystemTime::UNIX_EPOCH),
         changed_at: SystemTime::UNIX_EPOCH,
     }
 }
@@ -99,6 +112,7 @@ pub fn task_record(r: &Roster, task: &Task) -> TaskRecord {
             .and_then(|s| s.transition.as_ref())
             .map(|tr| (r.intern(&tr.id), phase(tr.phase))),
         ports: t.ports().into(),
+        control_port: t.control_port,
         deleting: task.metadata.deletion_timestamp.is_some(),
         changed_at: SystemTime::UNIX_EPOCH,
     }

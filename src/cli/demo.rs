@@ -45,6 +45,10 @@ pub struct DemoArgs {
     /// ... and its variables (the demo acts as the site's administrator: any is allowed).
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = super::render::parse_set, requires = "tasks")]
     pub sets: Vec<(String, String)>,
+    /// At the end, leave an environment RUNNING and everything up until Ctrl-C (to look at
+    /// it on the dashboard).
+    #[arg(long)]
+    pub hold: bool,
 }
 
 /// Another workflow than the project's own, with its sources made absolute (the children
@@ -231,6 +235,12 @@ async fn demo(
     std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
     let exe = std::env::current_exe().map_err(|e| format!("locating envbridge: {e}"))?;
     let port = process::free_port().map_err(|e| e.to_string())?;
+    let http_port = loop {
+        let p = process::free_port().map_err(|e| e.to_string())?;
+        if p != port {
+            break p;
+        }
+    };
     let kubeconfig = info.kubeconfig.display().to_string();
     // Absolute: the children run in their own directory.
     let manifests = args
@@ -247,6 +257,7 @@ async fn demo(
         "daemon".to_string(),
         format!("--listen=127.0.0.1:{port}"),
         format!("--token-file={}", token_file.display()),
+        format!("--metrics-listen=127.0.0.1:{http_port}"),
     ];
     match &foreign {
         None => daemon_args.extend([
@@ -296,13 +307,18 @@ async fn demo(
     let api = connect_with_retry(&format!("http://127.0.0.1:{port}"), &token, children).await?;
     let api = live.api.insert(api);
     say(&format!("daemon serving on 127.0.0.1:{port}"));
+    super::demo_hold::announce(http_port, &token_file);
 
     let kubectl = Kubectl {
         bin: info.kubectl.clone(),
         kubeconfig: info.kubeconfig.clone(),
     };
     if let Some(f) = &foreign {
-        return cycle_of(f, api, &mut live.environments, &kubectl).await;
+        let summary = cycle_of(f, api, &mut live.environments, &kubectl).await?;
+        if args.hold {
+            super::demo_hold::until_ctrl_c(http_port, &token_file).await?;
+        }
+        return Ok(summary);
     }
     let hosts: Vec<String> = (1..=args.nodes).map(|i| format!("flp{i:03}")).collect();
     let hosts_json = serde_json::to_string(&hosts).map_err(|e| e.to_string())?;
@@ -373,6 +389,16 @@ async fn demo(
         &run_dir.join("simulators"),
     )
     .await?;
+    if args.hold {
+        super::demo_hold::hold(
+            api,
+            &mut live.environments,
+            &hosts_json,
+            http_port,
+            &token_file,
+        )
+        .await?;
+    }
 
     Ok(json!({
         "nodes": created.nodes,

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod daemon;
 mod demo;
+mod demo_hold;
 mod demo_midrun;
 mod env;
 mod logs;

@@ -82,6 +82,10 @@ pub struct EnvRecord {
     pub failing: Vec<FailingTask>,
     /// metadata.deletionTimestamp is set: being torn down.
     pub deleting: bool,
+    /// The run number START asked for, while START is the transition last requested.
+    pub run_number: Option<Str>,
+    /// metadata.creationTimestamp (UNIX_EPOCH when unknown).
+    pub created_at: SystemTime,
     pub changed_at: SystemTime,
 }
 
@@ -104,6 +108,8 @@ pub struct TaskRecord {
     pub transition: Option<(Str, Phase)>,
     /// Control port and bound TCP ports on its node (for allocation across environments).
     pub ports: Box<[u16]>,
+    /// The task's control port (0: none, e.g. a hook).
+    pub control_port: u16,
     pub deleting: bool,
     pub changed_at: SystemTime,
 }
@@ -131,6 +137,7 @@ impl TaskRecord {
             && self.message == other.message
             && self.transition == other.transition
             && self.ports == other.ports
+            && self.control_port == other.control_port
             && self.deleting == other.deleting
     }
 

@@ -20,6 +20,8 @@ fn env(tasks: u32) -> EnvRecord {
         observed: None,
         failing: vec![],
         deleting: false,
+        run_number: None,
+        created_at: SystemTime::UNIX_EPOCH,
         changed_at: SystemTime::UNIX_EPOCH,
     }
 }
@@ -38,6 +40,7 @@ fn task(r: &Roster, name: &str, node: &str, state: State) -> TaskRecord {
         message: None,
         transition: None,
         ports: vec![47100, 47101].into(),
+        control_port: 47100,
         deleting: false,
         changed_at: SystemTime::UNIX_EPOCH,
     }

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod convert;
 mod http;
 pub mod pb;
+mod ui;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -172,7 +173,7 @@ pub async fn serve(
         .add_service(health_svc)
         .add_service(reflection)
         .add_service(svc);
-    let http_app = http::router(bridge);
+    let http_app = http::router(bridge.clone()).merge(ui::router(bridge, cfg.tokens, bound.http));
 
     let grpc_stop = stop.clone();
     let handle = tokio::spawn(async move {

@@ -7,6 +7,12 @@
 mod anchor;
 #[path = "daemon/apf.rs"]
 mod apf;
+#[path = "daemon/dashboard.rs"]
+mod dashboard;
+#[path = "daemon/dashboard_browser.rs"]
+mod dashboard_browser;
+#[path = "daemon/dashboard_form.rs"]
+mod dashboard_form;
 #[path = "daemon/fixture.rs"]
 mod fixture;
 #[path = "daemon/live.rs"]
@@ -17,6 +23,8 @@ mod plane;
 mod sim;
 #[path = "daemon/trust.rs"]
 mod trust;
+#[path = "daemon/web.rs"]
+mod web;
 
 use std::collections::HashMap;
 use std::sync::Arc;

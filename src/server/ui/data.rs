@@ -1,0 +1,174 @@
+//! What the page reads besides the live feed: who is logged in, the workflows with their
+//! public variables (the create form), and a task's story from the cluster.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use super::{Ui, UiError, live};
+use crate::crd::Task;
+
+/// At most this many workflows in the form's list.
+const MAX_WORKFLOWS: usize = 200;
+
+#[derive(Deserialize)]
+pub struct EventsQuery {
+    env: Option<String>,
+}
+
+/// The live feed (401 without a session, not a redirect: an EventSource follows none).
+pub async fn events(
+    State(ui): State<Arc<Ui>>,
+    headers: HeaderMap,
+    Query(q): Query<EventsQuery>,
+) -> Result<Response, UiError> {
+    let (session, _) = ui.session(&headers).ok_or(UiError::NoSession)?;
+    // An environment the roster does not hold (yet) is followed until it appears.
+    let env = q.env.filter(|e| !e.is_empty() && e.len() <= 253);
+    let slot = ui
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| UiError::Busy(live::MAX_STREAMS))?;
+    Ok(live::stream(ui.clone(), session, env, slot).into_response())
+}
+
+pub async fn me(State(ui): State<Arc<Ui>>, headers: HeaderMap) -> Result<Response, UiError> {
+    let caller = ui.caller(&headers)?;
+    Ok(Json(serde_json::json!({
+        "name": caller.name,
+        "role": caller.role.to_string(),
+        "leader": ui.bridge.is_leader(),
+    }))
+    .into_response())
+}
+
+#[derive(Serialize)]
+pub struct WorkflowForm {
+    name: String,
+    /// Why its variables could not be read (the create still reports it in full).
+    error: Option<String>,
+    vars: Vec<VarForm>,
+}
+
+/// One public variable with the anchor's metadata as written (label, description, type,
+/// widget, values, panel, index, visibleif, ...).
+#[derive(Serialize)]
+pub struct VarForm {
+    name: String,
+    default: Option<String>,
+    fields: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+/// The workflows of the workflows directory, each with its public variables.
+pub async fn workflows(State(ui): State<Arc<Ui>>, headers: HeaderMap) -> Result<Response, UiError> {
+    ui.caller(&headers)?;
+    let dir = ui.bridge.cfg.workflows_dir.clone();
+    let cfg = ui.bridge.cfg.clone();
+    let list = tokio::task::spawn_blocking(move || {
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(|e| UiError::Workflows(format!("{}: {e}", dir.display())))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_suffix(".yaml"))
+                    .map(str::to_string)
+            })
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        names.sort();
+        names.truncate(MAX_WORKFLOWS);
+        Ok::<_, UiError>(
+            names
+                .into_iter()
+                .map(|name| form_of(&cfg, name))
+                .collect::<Vec<_>>(),
+        )
+    })
+    .await
+    .map_err(|e| UiError::Workflows(e.to_string()))??;
+    Ok(Json(list).into_response())
+}
+
+fn form_of(cfg: &crate::bridge::BridgeConfig, name: String) -> WorkflowForm {
+    let loaded = crate::bridge::render::workflow_file(cfg, &name)
+        .map_err(|e| e.to_string())
+        .and_then(|p| crate::workflow::load::load_workflow(&p).map_err(|e| e.to_string()));
+    match loaded {
+        Ok(wf) => WorkflowForm {
+            name,
+            error: None,
+            vars: crate::workflow::public::declared(&wf)
+                .into_iter()
+                .filter(|d| d.meta.public)
+                .map(|d| VarForm {
+                    name: d.name.to_string(),
+                    default: d.default,
+                    fields: d.meta.fields,
+                })
+                .collect(),
+        },
+        Err(e) => WorkflowForm {
+            name,
+            error: Some(e),
+            vars: Vec::new(),
+        },
+    }
+}
+
+/// A task's story: its status as the operator wrote it, with the last log lines and the
+/// pod's events of a failed process.
+#[derive(Serialize)]
+pub struct Story {
+    name: String,
+    node: String,
+    class: String,
+    path: String,
+    state: String,
+    message: String,
+    last_log: String,
+    pod_events: Vec<String>,
+    control_port: u16,
+}
+
+pub async fn story(
+    State(ui): State<Arc<Ui>>,
+    headers: HeaderMap,
+    Path((id, task)): Path<(String, String)>,
+) -> Result<Response, UiError> {
+    ui.caller(&headers)?;
+    let env = ui
+        .bridge
+        .resolve(&id)
+        .map_err(|e| UiError::NotFound(e.to_string()))?;
+    // Only a task of this environment: the name is checked against the roster first.
+    if ui.bridge.roster.task(&env.key, &task).is_none() {
+        return Err(UiError::NotFound(format!(
+            "task {task:?} not found in environment {id}"
+        )));
+    }
+    let api: kube::Api<Task> = kube::Api::namespaced(ui.bridge.client.clone(), &env.key.namespace);
+    let t = api
+        .get_opt(&task)
+        .await
+        .map_err(|e| UiError::Kube(e.to_string()))?
+        .ok_or_else(|| UiError::NotFound(format!("task {task:?} is gone")))?;
+    let s = t.status.clone().unwrap_or_default();
+    Ok(Json(Story {
+        name: task,
+        node: t.spec.task.node.clone(),
+        class: t.spec.task.class.clone(),
+        path: t.spec.task.path.to_string(),
+        state: s.state.map(|x| x.to_string()).unwrap_or_default(),
+        message: s.message.unwrap_or_default(),
+        last_log: s.last_log.unwrap_or_default(),
+        pod_events: s.pod_events,
+        control_port: t.spec.task.control_port,
+    })
+    .into_response())
+}
