@@ -165,7 +165,15 @@ async fn one(
     let refs = task_refs("bl", nodes, per_node);
     let total = refs.len();
     let t0 = Instant::now();
-    envbridge::dev::fixtures::deploy(admin, &ns, "bl", &refs, 200, "envbridge-bench").await?;
+    envbridge::dev::fixtures::deploy(
+        admin,
+        &ns,
+        "bl",
+        &refs,
+        envbridge::plan::DEFAULT_TASK_SET_BUDGET,
+        "envbridge-bench",
+    )
+    .await?;
     wait_env(admin, &ns, |s| {
         s.state == Some(State::Standby) && s.ready.as_deref() == Some(&format!("{total}/{total}"))
     })

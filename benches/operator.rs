@@ -113,7 +113,15 @@ async fn run() -> Res {
         sims.stop.clone(),
     );
     // 10 TaskSets of 200 tasks (25 nodes each), then the Environment.
-    envbridge::dev::fixtures::deploy(&admin, &op_ns, "bo", &refs, 200, "envbridge-bench").await?;
+    envbridge::dev::fixtures::deploy(
+        &admin,
+        &op_ns,
+        "bo",
+        &refs,
+        envbridge::plan::DEFAULT_TASK_SET_BUDGET,
+        "envbridge-bench",
+    )
+    .await?;
     let env_written = t0.elapsed();
     wait_standby(&admin, &op_ns, "bo", total).await?;
     let op_time = t0.elapsed();

@@ -1,5 +1,6 @@
 //! Cluster setup shared by the integration tests and the benchmarks: manifest files applied
-//! server-side, an Environment written as its TaskSets and then itself.
+//! server-side, an Environment written as its TaskSets and then itself (packed by the one
+//! packer, so tests see the objects the daemon writes).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -11,9 +12,8 @@ use kube::discovery::{Scope, pinned_kind};
 use kube::{Api, Client, ResourceExt};
 
 use super::error::{DevError, IoContext, Result};
-use crate::crd::{Environment, EnvironmentSpec, TaskSet, TaskSetRef, TaskSetSpec};
+use crate::crd::{Environment, TaskSet};
 use crate::plan::TaskRef;
-use crate::state::State;
 
 /// Applies every document of a YAML file (server-side apply, forced, as `manager`).
 pub async fn apply_file(client: &Client, path: &Path, manager: &str) -> Result<()> {
@@ -48,50 +48,37 @@ pub async fn apply_file(client: &Client, path: &Path, manager: &str) -> Result<(
     Ok(())
 }
 
-/// Writes `tasks` as TaskSets of `per_set` (named `<name>-<i>`), then the Environment naming
-/// them (desired state STANDBY), as a renderer would.
+/// Writes `tasks` as TaskSets packed the render's way under `budget` bytes (the one packer:
+/// `objects`), then the Environment naming them (desired state STANDBY), as the daemon would.
 pub async fn deploy(
     client: &Client,
     ns: &str,
     name: &str,
     tasks: &[TaskRef],
-    per_set: usize,
+    budget: usize,
     manager: &str,
 ) -> Result<()> {
+    let mut ports: std::collections::BTreeMap<String, BTreeSet<u16>> = Default::default();
+    for t in tasks {
+        ports.entry(t.node.clone()).or_default().extend(t.ports());
+    }
+    let plan = crate::plan::Plan {
+        environment_id: name.into(),
+        environment_name: name.into(),
+        workflow: "readout-dataflow".into(),
+        tasks: tasks.to_vec(),
+        hooks: Vec::new(),
+        ports,
+    };
+    let mut objs = crate::objects::from_plan(plan, Some(ns), budget, false);
+    objs.place(ns);
     let pp = PatchParams::apply(manager).force();
     let sets: Api<TaskSet> = Api::namespaced(client.clone(), ns);
-    let mut refs = Vec::new();
-    for (i, chunk) in tasks.chunks(per_set.max(1)).enumerate() {
-        let set_name = format!("{name}-{i}");
-        let set = TaskSet::new(
-            &set_name,
-            TaskSetSpec {
-                environment: name.into(),
-                tasks: chunk.to_vec(),
-            },
-        );
-        sets.patch(&set_name, &pp, &Patch::Apply(&set)).await?;
-        refs.push(TaskSetRef {
-            name: set_name,
-            blake3: crate::model::digest::tasks_digest(chunk),
-            tasks: chunk.len() as u32,
-        });
+    for set in &objs.task_sets {
+        sets.patch(&set.name_any(), &pp, &Patch::Apply(set)).await?;
     }
-    let nodes: BTreeSet<&str> = tasks.iter().map(|t| t.node.as_str()).collect();
-    let env = Environment::new(
-        name,
-        EnvironmentSpec {
-            id: name.into(),
-            workflow: "readout-dataflow".into(),
-            nodes: nodes.len() as u32,
-            tasks: tasks.len() as u32,
-            task_sets: refs,
-            desired_state: State::Standby,
-            ..Default::default()
-        },
-    );
     Api::<Environment>::namespaced(client.clone(), ns)
-        .patch(name, &pp, &Patch::Apply(&env))
+        .patch(name, &pp, &Patch::Apply(&objs.environment))
         .await?;
     Ok(())
 }

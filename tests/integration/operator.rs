@@ -194,10 +194,16 @@ fn task_ref(env: &str, host: &str, class: &str, n: u16, mode: ControlMode) -> Ta
     }
 }
 
-/// Writes the TaskSets (chunks of `per_set`) and then the Environment naming them.
-async fn deploy(fx: &Fixture, name: &str, tasks: &[TaskRef], per_set: usize) -> Res {
+/// Writes the TaskSets and then the Environment naming them; `small_sets`: a set per task (a
+/// one-byte budget), else the daemon's default budget.
+async fn deploy(fx: &Fixture, name: &str, tasks: &[TaskRef], small_sets: bool) -> Res {
     let manager = "envbridge-tests";
-    envbridge::dev::fixtures::deploy(&fx.admin, &fx.ns, name, tasks, per_set, manager).await?;
+    let budget = if small_sets {
+        1
+    } else {
+        envbridge::plan::DEFAULT_TASK_SET_BUDGET
+    };
+    envbridge::dev::fixtures::deploy(&fx.admin, &fx.ns, name, tasks, budget, manager).await?;
     Ok(())
 }
 
@@ -309,7 +315,7 @@ async fn three_hosts_become_tasks_pods_and_services_and_leave_nothing_behind() -
         .iter()
         .map(|h| task_ref("e3", h, "readout", 1, ControlMode::Basic))
         .collect();
-    deploy(&fx, "e3", &tasks, 2).await?;
+    deploy(&fx, "e3", &tasks, true).await?;
     let env = wait_env(&fx, "e3", "STANDBY 3/3", |e| {
         state_is(State::Standby)(e)
             && e.status.as_ref().and_then(|s| s.ready.as_deref()) == Some("3/3")
@@ -422,7 +428,7 @@ async fn failed_pod_turns_task_and_environment_to_error_unless_not_critical() ->
         .map(|h| task_ref("ef", h, "readout", 1, ControlMode::Basic))
         .collect();
     tasks[1].critical = false;
-    deploy(&fx, "ef", &tasks, 10).await?;
+    deploy(&fx, "ef", &tasks, false).await?;
     wait_env(&fx, "ef", "STANDBY", state_is(State::Standby)).await?;
     let pods: Api<Pod> = Api::namespaced(fx.admin.clone(), &fx.ns);
     let fail_pod = |name: String| {
@@ -574,7 +580,7 @@ async fn a_pod_pending_past_the_startup_timeout_fails_its_task_with_its_events()
         name: envbridge::dev::stages::SIM_PENDING_ENV.into(),
         value: "1".into(),
     });
-    deploy(&fx, "ep", &[t.clone()], 10).await?;
+    deploy(&fx, "ep", &[t.clone()], false).await?;
     let started = Instant::now();
     let env = wait_env(&fx, "ep", "ERROR", state_is(State::Error)).await?;
     println!("start-up failure reported after {:?}", started.elapsed());
@@ -609,7 +615,7 @@ async fn operator_restart_reattaches_pods_without_duplicates() -> Res {
                 .map(|h| task_ref("er", h, "readout", n, ControlMode::Basic))
         })
         .collect();
-    deploy(&fx, "er", &tasks, 5).await?;
+    deploy(&fx, "er", &tasks, false).await?;
     let pods: Api<Pod> = Api::namespaced(fx.admin.clone(), &fx.ns);
     // Stop mid-way: as soon as some pods exist.
     let deadline = Instant::now() + WAIT;
@@ -696,7 +702,7 @@ async fn placement_template_and_taskset_problems_are_reported() -> Res {
         &fx,
         "ep",
         &[ipc.clone(), nowhere.clone(), no_tmpl.clone()],
-        10,
+        false,
     )
     .await?;
     let env = wait_env(&fx, "ep", "ERROR with 3 failing", |e| {
@@ -742,7 +748,7 @@ async fn placement_template_and_taskset_problems_are_reported() -> Res {
     // An Environment naming a TaskSet that is not there (or altered) gets no Tasks at all.
     let sets: Api<TaskSet> = Api::namespaced(fx.admin.clone(), &fx.ns);
     let good = [task_ref("eh", "flp001", "readout", 1, ControlMode::Basic)];
-    deploy(&fx, "eh", &good, 10).await?;
+    deploy(&fx, "eh", &good, false).await?;
     wait_env(&fx, "eh", "STANDBY", state_is(State::Standby)).await?;
     let altered = TaskSet::new(
         "eh2-0",
@@ -952,7 +958,7 @@ async fn direct_and_fairmq_tasks_are_driven_over_the_control_protocol() -> Res {
             .insert("chans.out.0.transport".into(), "shmem".into());
         tasks.push(stfb);
     }
-    deploy(&fx, "ed", &tasks, 10).await?;
+    deploy(&fx, "ed", &tasks, false).await?;
     wait_env(&fx, "ed", "STANDBY 4/4", |e| {
         state_is(State::Standby)(e)
             && e.status.as_ref().and_then(|s| s.ready.as_deref()) == Some("4/4")
@@ -996,7 +1002,7 @@ async fn direct_and_fairmq_tasks_are_driven_over_the_control_protocol() -> Res {
         value: "CONFIGURE".into(),
     });
     let good = task_ref("eb", "flp003", "readout", 2, ControlMode::Direct);
-    deploy(&fx, "eb", &[bad.clone(), good], 10).await?;
+    deploy(&fx, "eb", &[bad.clone(), good], false).await?;
     wait_env(&fx, "eb", "STANDBY", state_is(State::Standby)).await?;
     let t0 = Instant::now();
     transition(&fx, "eb", "c1", Event::Configure).await?;
@@ -1083,7 +1089,7 @@ async fn a_dead_node_cannot_hold_an_environment_forever() -> Res {
         )),
     };
     let t = task_ref("ed", &host, "readout", 1, ControlMode::Basic);
-    deploy(&fx, "ed", std::slice::from_ref(&t), 10).await?;
+    deploy(&fx, "ed", std::slice::from_ref(&t), false).await?;
     let pods: Api<Pod> = Api::namespaced(fx.admin.clone(), &fx.ns);
     let deadline = Instant::now() + WAIT;
     while pods.get_opt(&t.name).await?.is_none() {

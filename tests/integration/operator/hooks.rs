@@ -123,12 +123,12 @@ async fn before_configure_hooks_gate_the_transition() -> Res {
     let mut tasks = plain("eh", &["flp001", "flp002"]);
     tasks.push(h.clone());
     tasks.push(post.clone());
-    deploy(&fx, "eh", &tasks, 10).await?;
+    deploy(&fx, "eh", &tasks, false).await?;
     // Non-critical hook in a second environment.
     let w = hook("ew", "pre", "before_CONFIGURE", false);
     let mut wtasks = plain("ew", &["flp003"]);
     wtasks.push(w.clone());
-    deploy(&fx, "ew", &wtasks, 10).await?;
+    deploy(&fx, "ew", &wtasks, false).await?;
 
     // An idle hook has no pod and does not hold the environment's state back.
     let env = wait_env(&fx, "eh", "STANDBY 2/2", |e| {
@@ -307,7 +307,7 @@ async fn before_configure_hooks_gate_the_transition() -> Res {
     t.timeout_seconds = Some(2);
     let mut ttasks = plain("et", &["flp002"]);
     ttasks.push(t.clone());
-    deploy(&fx, "et", &ttasks, 10).await?;
+    deploy(&fx, "et", &ttasks, false).await?;
     wait_env(&fx, "et", "STANDBY", state_is(State::Standby)).await?;
     transition(&fx, "et", "cfg-t", Event::Configure).await?;
     let t0 = Instant::now();
@@ -342,7 +342,7 @@ async fn recover_recreates_a_pod_that_ended() -> Res {
     let fx = fixture("recover").await?;
     let op = start(&fx, None).await?;
     let tasks = plain("rc", &["flp001", "flp002"]);
-    deploy(&fx, "rc", &tasks, 10).await?;
+    deploy(&fx, "rc", &tasks, false).await?;
     wait_env(&fx, "rc", "STANDBY", state_is(State::Standby)).await?;
     let name = tasks[0].name.clone();
     let old = wait_pod(&fx, &name).await?;
@@ -408,7 +408,7 @@ async fn a_hook_awaited_after_the_event_runs_alongside_the_tasks() -> Res {
     p.r#await = Some("after_CONFIGURE-1".into());
     let mut tasks = plain("ep", &["flp001", "flp002"]);
     tasks.push(p.clone());
-    deploy(&fx, "ep", &tasks, 10).await?;
+    deploy(&fx, "ep", &tasks, false).await?;
     wait_env(&fx, "ep", "STANDBY", state_is(State::Standby)).await?;
 
     transition(&fx, "ep", "cfg-p", Event::Configure).await?;
