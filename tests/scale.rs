@@ -22,7 +22,7 @@ mod daemon {
 
 use std::time::{Duration, Instant};
 
-use daemon::fixture::{self, Setup};
+use daemon::fixture::{self, Child, Setup};
 use envbridge::crd::Environment;
 use envbridge::plan::{ControlMode, EnvVar, TaskRef};
 use envbridge::roster::EnvKey;
@@ -71,15 +71,6 @@ fn task_refs(env: &str, prefix: &str) -> Vec<TaskRef> {
         }
     }
     out
-}
-
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,7 +36,7 @@ use envbridge::crd::{Environment, Task, TaskSet};
 use envbridge::roster::EnvKey;
 use envbridge::server::pb;
 use envbridge::state::{Event, State};
-use fixture::{Daemon, Setup, fixed_ns, names};
+use fixture::{Child, Daemon, Setup, fixed_ns, names};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -1006,16 +1006,6 @@ async fn watch_events_stream_roster_changes() {
     }
     assert!(seen_env);
     assert_eq!(standby.len(), 3);
-}
-
-/// A child process killed when dropped.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// The real thing: the render core on our manifests, the operator, and one task simulator per

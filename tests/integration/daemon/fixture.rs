@@ -647,3 +647,14 @@ impl Operator {
         let _ = tokio::time::timeout(Duration::from_secs(60), self.handle).await;
     }
 }
+
+/// A child process (a daemon, a sim-runner) that is killed and reaped when the test ends,
+/// passed or not.
+pub struct Child(pub std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
