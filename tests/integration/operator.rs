@@ -569,7 +569,9 @@ async fn a_pod_pending_past_the_startup_timeout_fails_its_task_with_its_events()
         handle: tokio::spawn(envbridge::operator::run(
             client,
             OperatorArgs {
-                startup_timeout_seconds: 3,
+                // Long enough that kwok has marked the pod Unschedulable under a loaded machine
+                // (3 s once passed before it had, while a release build ran beside the suite).
+                startup_timeout_seconds: 8,
                 ..args(&fx.ns, None)
             },
             stop,
@@ -587,7 +589,7 @@ async fn a_pod_pending_past_the_startup_timeout_fails_its_task_with_its_events()
     let st = env.status.unwrap();
     let f = &st.failing_tasks[0];
     assert_eq!(f.name, t.name);
-    assert!(f.message.contains("not Running after 3s"), "{}", f.message);
+    assert!(f.message.contains("not Running after 8s"), "{}", f.message);
     assert!(f.message.contains("Unschedulable"), "{}", f.message);
     let task = Api::<Task>::namespaced(fx.admin.clone(), &fx.ns)
         .get(&t.name)
