@@ -113,6 +113,16 @@ macro_rules! lease_args {
         impl $name {
             pub const PREFIX: &str = $prefix;
 
+            /// The group as `c` resolved it (e.g. after [`LeaseChoice::renamed`]).
+            pub fn from_choice(c: LeaseChoice) -> Self {
+                $name {
+                    no_leader_election: c.no_leader_election,
+                    lease_name: c.lease_name,
+                    lease_namespace: c.lease_namespace,
+                    identity: c.identity,
+                }
+            }
+
             pub fn choice(&self) -> LeaseChoice {
                 LeaseChoice {
                     no_leader_election: self.no_leader_election,

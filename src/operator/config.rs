@@ -98,12 +98,7 @@ impl OperatorArgs {
             "ENVBRIDGE_OPERATOR_NAMESPACE",
         );
         let c = self.lease.choice().renamed(OperatorLease::PREFIX, renamed);
-        self.lease = OperatorLease {
-            no_leader_election: c.no_leader_election,
-            lease_name: c.lease_name,
-            lease_namespace: c.lease_namespace,
-            identity: c.identity,
-        };
+        self.lease = OperatorLease::from_choice(c);
         self
     }
 

@@ -99,10 +99,12 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
         .iter()
         .any(|c| c.type_ == COND_CREATED && c.status == "True" && c.message.ends_with(&digest));
     let env_uid = env.uid().unwrap_or_default();
-    let mine = |t: &Task| {
-        t.namespace().as_deref() == Some(ns.as_str())
-            && t.spec.environment == name
-            && t.owner_references().iter().any(|o| o.uid == env_uid)
+    // This environment's Tasks as stored (by the index), owned by this very Environment.
+    let own = || -> Vec<Arc<Task>> {
+        ctx.tasks_of(&ns, &name)
+            .into_iter()
+            .filter(|t| t.owner_references().iter().any(|o| o.uid == env_uid))
+            .collect()
     };
 
     // The calls triggered before the deployment run, and those awaited there end, before the
@@ -126,11 +128,7 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
         || env.spec.hooks.iter().any(|h| h.trigger.is_some());
     let gate = match (&env.spec.transition, has_hooks) {
         (Some(req), true) => {
-            let now: Vec<Arc<Task>> = ctx
-                .tasks_of(&ns, &name)
-                .into_iter()
-                .filter(|t| mine(t))
-                .collect();
+            let now = own();
             let (gate, start, calls) = hook_gate(ctx, &env, req, &refs, &now);
             for i in calls {
                 ctx.calls
@@ -141,11 +139,7 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
         _ => None,
     };
     if old.observed_generation != generation || !created_before || gate.is_some() {
-        let stored: Vec<Arc<Task>> = ctx
-            .tasks_of(&ns, &name)
-            .into_iter()
-            .filter(|t| mine(t))
-            .collect();
+        let stored = own();
         let by_name: HashMap<String, &Task> =
             stored.iter().map(|t| (t.name_any(), t.as_ref())).collect();
         let wanted: Vec<(Task, Option<&Task>)> = refs
@@ -200,11 +194,7 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
         status.observed_generation = generation;
     }
 
-    let tasks: Vec<Arc<Task>> = ctx
-        .tasks_of(&ns, &name)
-        .into_iter()
-        .filter(|t| mine(t))
-        .collect();
+    let tasks = own();
     let task_refs: Vec<&Task> = tasks.iter().map(|t| t.as_ref()).collect();
     // Every referenced task counts: one not (yet) in the store is DEPLOYING, so a lagging
     // store never makes the environment look complete early.

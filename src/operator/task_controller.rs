@@ -234,6 +234,13 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         return Ok(());
     }
     record_pod(st, view, &pod);
+    if matches!(
+        decided,
+        Next::StartupTimeout | Next::Starting { .. } | Next::BadIp(_) | Next::Control(_)
+    ) {
+        // A live pod: its process has not ended (a status read before a RECOVER may say so).
+        st.conditions.retain(|c| c.type_ != COND_ENDED);
+    }
     match decided {
         Next::Failed(failure) => process_failed(task, ctx, st, step, &pod, failure, view).await,
         Next::BasicCompleted => {
@@ -269,23 +276,18 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
             step.action = Some(Action::await_change());
         }
         Next::StartupTimeout => {
-            // A live pod: its process has not ended (a status read before a RECOVER may say so).
-            st.conditions.retain(|c| c.type_ != COND_ENDED);
             st.state.get_or_insert(State::Deploying);
             startup_failed(task, ctx, st, step, &pod, view).await;
         }
         Next::Starting { quiet, after } => {
-            st.conditions.retain(|c| c.type_ != COND_ENDED);
             st.state.get_or_insert(State::Deploying);
             step.write_status = !quiet;
             step.action = Some(Action::requeue(after));
         }
         Next::BadIp(ip) => {
-            st.conditions.retain(|c| c.type_ != COND_ENDED);
             fail(st, task, format!("pod IP {ip:?} does not parse"));
         }
         Next::Control(ip) => {
-            st.conditions.retain(|c| c.type_ != COND_ENDED);
             control(task, ctx, st, step, &pod, ip).await;
         }
         _ => {}
