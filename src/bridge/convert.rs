@@ -64,13 +64,13 @@ pub fn env_record(r: &Roster, env: &Environment) -> EnvRecord {
             })
             .unwrap_or_default(),
         deleting: env.metadata.deletion_timestamp.is_some(),
+        // Unique per run: not interned.
         run_number: env
             .spec
             .transition
             .as_ref()
-            .filter(|t| t.event == crate::state::Event::Start)
-            .and_then(|t| t.arguments.get("run_number"))
-            .map(|n| r.intern(n)),
+            .and_then(|t| t.run_number())
+            .map(Into::into),
         created_at: env
             .metadata
             .creation_timestamp

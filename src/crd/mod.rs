@@ -14,7 +14,7 @@ pub use environment::{
 pub use task::{Task, TaskSpec, TaskStatus};
 pub use task_set::{TaskSet, TaskSetSpec};
 pub use task_template::{TaskTemplate, TaskTemplateSpec};
-pub use transition::{TransitionPhase, TransitionRequest, TransitionStatus};
+pub use transition::{TransitionPhase, TransitionRequest, TransitionStatus, run_number_in};
 
 use kube::CustomResourceExt;
 

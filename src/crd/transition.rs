@@ -23,6 +23,22 @@ impl TransitionRequest {
     pub fn target(&self) -> State {
         self.event.target()
     }
+
+    /// The run number a START carries, in either spelling clients use (`run_number`, the
+    /// processes' `runNumber`).
+    pub fn run_number(&self) -> Option<&str> {
+        (self.event == Event::Start)
+            .then(|| run_number_in(&self.arguments))
+            .flatten()
+    }
+}
+
+/// The run number among transition arguments, in either spelling.
+pub fn run_number_in(arguments: &BTreeMap<String, String>) -> Option<&str> {
+    arguments
+        .get("run_number")
+        .or_else(|| arguments.get("runNumber"))
+        .map(String::as_str)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -81,11 +81,7 @@ pub fn arguments(
             );
         }
         Event::Start => {
-            let run = given
-                .get("run_number")
-                .or_else(|| given.get("runNumber"))
-                .cloned()
-                .unwrap_or_else(|| "0".into());
+            let run = crate::crd::run_number_in(given).unwrap_or("0").to_string();
             let cleanup = rest
                 .remove("cleanup")
                 .or_else(|| rest.remove(CLEANUP_VAR))

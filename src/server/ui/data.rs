@@ -20,6 +20,9 @@ pub struct EventsQuery {
     env: Option<String>,
 }
 
+/// How long reading one Task for its story may take.
+const STORY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The live feed (401 without a session, not a redirect: an EventSource follows none).
 pub async fn events(
     State(ui): State<Arc<Ui>>,
@@ -28,7 +31,12 @@ pub async fn events(
 ) -> Result<Response, UiError> {
     let (session, _) = ui.session(&headers).ok_or(UiError::NoSession)?;
     // An environment the roster does not hold (yet) is followed until it appears.
-    let env = q.env.filter(|e| !e.is_empty() && e.len() <= 253);
+    if q.env.as_ref().is_some_and(|e| e.len() > 253) {
+        return Err(UiError::BadRequest(
+            "env: an environment id or name is at most 253 characters".into(),
+        ));
+    }
+    let env = q.env.filter(|e| !e.is_empty());
     let slot = ui
         .streams
         .clone()
@@ -153,9 +161,10 @@ pub async fn story(
         )));
     }
     let api: kube::Api<Task> = kube::Api::namespaced(ui.bridge.client.clone(), &env.key.namespace);
-    let t = api
-        .get_opt(&task)
+    // Bounded: a slow apiserver makes this one answer fail, not hang the page.
+    let t = tokio::time::timeout(STORY_DEADLINE, api.get_opt(&task))
         .await
+        .map_err(|_| UiError::Kube(format!("no answer within {STORY_DEADLINE:?}")))?
         .map_err(|e| UiError::Kube(e.to_string()))?
         .ok_or_else(|| UiError::NotFound(format!("task {task:?} is gone")))?;
     let s = t.status.clone().unwrap_or_default();

@@ -163,7 +163,37 @@ pub fn router(bridge: Arc<Bridge>, tokens: Option<Arc<Tokens>>, http: SocketAddr
         .route("/ui/api/env/{id}/kill", post(actions::kill))
         .route("/ui/{*rest}", get(pages::other))
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn(loopback_host))
         .with_state(ui)
+}
+
+/// Only requests addressed to a loopback host: a page of another site whose name resolves to
+/// 127.0.0.1 (DNS rebinding) sends its own name as `Host` (and as `Origin`, which the action
+/// check compares with `Host`), so it is refused here before any login or action.
+async fn loopback_host(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if host_is_loopback(req.headers()) {
+        next.run(req).await
+    } else {
+        (
+            StatusCode::FORBIDDEN,
+            "the dashboard answers requests to a loopback address only (127.0.0.1, [::1], localhost)",
+        )
+            .into_response()
+    }
+}
+
+fn host_is_loopback(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -184,11 +214,46 @@ mod tests {
         Bridge::new(client, BridgeConfig::default(), Metrics::new(), renderer)
     }
 
+    async fn get_from(app: Router, path: &str, host: &str) -> StatusCode {
+        let req = Request::get(path)
+            .header(header::HOST, host)
+            .body(Body::empty())
+            .expect("request");
+        app.oneshot(req).await.expect("answer").status()
+    }
+
     async fn get(app: Router, path: &str) -> StatusCode {
-        app.oneshot(Request::get(path).body(Body::empty()).expect("request"))
-            .await
-            .expect("answer")
-            .status()
+        get_from(app, path, "127.0.0.1:9464").await
+    }
+
+    #[tokio::test]
+    async fn only_requests_to_a_loopback_host_are_answered() {
+        let app = router(bridge(), None, "127.0.0.1:9464".parse().expect("addr"));
+        for host in [
+            "127.0.0.1:9464",
+            "localhost:9464",
+            "[::1]:9464",
+            "127.0.0.1",
+        ] {
+            assert_eq!(
+                get_from(app.clone(), "/ui/login", host).await,
+                StatusCode::OK,
+                "{host}"
+            );
+        }
+        // A rebinding site's name, a private address, a name that only starts like localhost.
+        for host in [
+            "evil.example:9464",
+            "10.0.0.5:9464",
+            "localhost.evil.example",
+            "",
+        ] {
+            assert_eq!(
+                get_from(app.clone(), "/ui/login", host).await,
+                StatusCode::FORBIDDEN,
+                "{host:?}"
+            );
+        }
     }
 
     #[tokio::test]
