@@ -30,7 +30,7 @@ pub struct Sessions {
     by_id: Mutex<HashMap<String, Session>>,
 }
 
-/// 256 random bits (two v4 UUIDs come from the OS's CSPRNG), hex.
+/// 244 random bits (two v4 UUIDs, 122 each, from the OS's CSPRNG), hex.
 fn new_id() -> String {
     let a = uuid::Uuid::new_v4();
     let b = uuid::Uuid::new_v4();
