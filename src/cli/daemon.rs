@@ -186,11 +186,12 @@ const HOLD_ENV: &str = "ENVBRIDGE_TEST_HOLD_BEFORE_ENVIRONMENT_WRITE_MS";
 fn hold_before_environment_write() -> Result<Duration, String> {
     match std::env::var(HOLD_ENV) {
         Err(_) => Ok(Duration::ZERO),
-        Ok(v) => v
-            .trim()
-            .parse()
-            .map(Duration::from_millis)
-            .map_err(|e| format!("{HOLD_ENV}={v:?}: {e}")),
+        Ok(v) => match v.trim().parse::<u64>() {
+            // Bounded: a crash test needs seconds; a hold must never keep creates locked for long.
+            Ok(ms) if ms <= 600_000 => Ok(Duration::from_millis(ms)),
+            Ok(_) => Err(format!("{HOLD_ENV}={v:?}: at most 600000 (10 minutes)")),
+            Err(e) => Err(format!("{HOLD_ENV}={v:?}: {e}")),
+        },
     }
 }
 
