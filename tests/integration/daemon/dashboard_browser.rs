@@ -222,16 +222,14 @@ async fn dashboard_in_a_real_browser_drives_an_environment_and_shows_a_failure_l
     b.click("#kill-task").await;
     b.find("#confirm[open]", STEP).await;
     b.click("#confirm-ok").await;
-    b.find("#action-done", STEP).await;
-    let killed = b.text("#action-done").await;
-    assert_eq!(killed, format!("{victim} is gone"));
+    wait_text(&b, "#action-done", &format!("{victim} is gone")).await;
     wait_text(&b, "#task-count", "5 of 5 tasks").await;
 
     // Destroy, confirmed; the page says when everything is gone.
     b.click("#destroy").await;
     b.click("#confirm-ok").await;
-    b.find("#action-done", STEP).await;
-    let done = b.text("#action-done").await;
+    // The kill's notice is still there until the destroy's replaces it.
+    let done = text_where(&b, "#action-done", |t| t.starts_with("destroy: ")).await;
     assert!(done.contains("gone"), "{done}");
     b.find("#env-gone", STEP).await;
     b.screenshot("10-destroyed").await;
@@ -277,9 +275,8 @@ async fn transition(b: &Browser, event: &str, run: Option<&str>, target: &str) {
     b.click("#confirm-ok").await;
     b.find(&format!("#env-state[data-state={target}]"), STEP)
         .await;
-    b.find("#action-done", STEP).await;
-    let done = b.text("#action-done").await;
-    assert!(done.starts_with(&format!("{event} done")), "{done}");
+    let prefix = format!("{event} done");
+    text_where(b, "#action-done", |t| t.starts_with(&prefix)).await;
 }
 
 /// The `unix_ms` of the simulator's last "moves itself ... to ERROR" log line.
@@ -450,15 +447,20 @@ async fn dashboard_with_2000_tasks_renders_only_what_is_visible_and_updates_in_p
 }
 
 async fn wait_text(b: &Browser, css: &str, want: &str) {
+    text_where(b, css, |t| t == want).await;
+}
+
+/// The text of `css` once `holds` accepts it, waiting up to `STEP`.
+async fn text_where(b: &Browser, css: &str, holds: impl Fn(&str) -> bool) -> String {
     let started = Instant::now();
     loop {
         let got = b.text(css).await;
-        if got == want {
-            return;
+        if holds(&got) {
+            return got;
         }
         assert!(
             started.elapsed() < STEP,
-            "{css}: {got:?}, not {want:?} within {STEP:?}"
+            "{css}: {got:?} is not what was awaited within {STEP:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

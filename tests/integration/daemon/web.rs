@@ -339,13 +339,29 @@ impl Browser {
         .await;
     }
 
+    /// The visible text of the element `css` selects, waiting up to 20 s for it. Read in one
+    /// script, so a page that replaces the element meanwhile cannot leave a stale reference.
     pub async fn text(&self, css: &str) -> String {
-        let e = self.find(css, Duration::from_secs(20)).await;
-        self.wd("GET", &self.s(&format!("/element/{e}/text")), Value::Null)
-            .await
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
+        let within = Duration::from_secs(20);
+        let started = Instant::now();
+        loop {
+            let v = self
+                .js(
+                    "const e = document.querySelector(arguments[0]); return e ? e.innerText : null",
+                    json!([css]),
+                )
+                .await;
+            if let Some(t) = v.as_str() {
+                return t.to_string();
+            }
+            if started.elapsed() > within {
+                let body = self
+                    .js("return document.body.innerText.slice(0, 3000)", json!([]))
+                    .await;
+                panic!("no element {css} within {within:?}; the page says:\n{body}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Writes a screenshot of the window to `<shots>/<name>.png`.
