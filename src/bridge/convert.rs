@@ -5,7 +5,7 @@ use std::time::SystemTime;
 use kube::ResourceExt;
 
 use crate::crd::{Environment, Task, TransitionPhase};
-use crate::roster::{EnvKey, EnvRecord, FailingTask, Observed, Phase, Roster, TaskRecord};
+use crate::roster::{EnvKey, EnvRecord, Failure, Observed, Phase, Roster, TaskRecord};
 use crate::state::State;
 
 pub fn phase(p: TransitionPhase) -> Phase {
@@ -25,6 +25,24 @@ pub fn env_key(env: &Environment) -> EnvKey {
 
 pub fn env_record(r: &Roster, env: &Environment) -> EnvRecord {
     let status = env.status.as_ref();
+    let failing: Vec<Failure> = status
+        .map(|s| {
+            s.failing_tasks
+                .iter()
+                .map(|f| Failure {
+                    task: f.name.as_str().into(),
+                    node: r.intern(&f.node),
+                    path: f.path.as_str().into(),
+                    critical: f.critical,
+                    message: f.message.as_str().into(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // A status written before `failingCritical` existed: its listed critical tasks.
+    let failing_critical = status
+        .and_then(|s| s.failing_critical)
+        .unwrap_or_else(|| failing.iter().filter(|f| f.critical).count() as u32);
     EnvRecord {
         key: EnvKey {
             namespace: r.intern(env.namespace().as_deref().unwrap_or_default()),
@@ -49,20 +67,9 @@ pub fn env_record(r: &Roster, env: &Environment) -> EnvRecord {
                 phase: phase(t.phase),
                 message: (!t.message.is_empty()).then(|| t.message.as_str().into()),
             }),
-        failing: status
-            .map(|s| {
-                s.failing_tasks
-                    .iter()
-                    .map(|f| FailingTask {
-                        name: f.name.as_str().into(),
-                        node: r.intern(&f.node),
-                        path: f.path.as_str().into(),
-                        critical: f.critical,
-                        message: f.message.as_str().into(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
+        counts: status.map(|s| s.counts.clone()).unwrap_or_default(),
+        failing_critical,
+        failing,
         deleting: env.metadata.deletion_timestamp.is_some(),
         // Unique per run: not interned.
         run_number: env

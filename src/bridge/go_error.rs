@@ -66,7 +66,7 @@ impl Bridge {
                     .failing
                     .iter()
                     .find(|f| f.critical)
-                    .map(|f| f.name.to_string())
+                    .map(|f| f.task.to_string())
                     .unwrap_or_default();
                 tracing::warn!(environment = %key.name, task = %failing, "critical task failed while RUNNING: GO_ERROR");
                 let call = TransitionCall {

@@ -5,7 +5,7 @@
 //! daemon restart it can be awaited again by id.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
 use tokio::time::Instant;
@@ -50,7 +50,7 @@ impl Bridge {
         let started = Instant::now();
         let env = self.resolve(&call.env)?;
         let key = env.key.clone();
-        let (id, event, since) = match (
+        let (id, event) = match (
             call.event,
             call.transition_id.as_deref().filter(|s| !s.is_empty()),
         ) {
@@ -67,7 +67,7 @@ impl Bridge {
                             .map(|o| o.event)
                     })
                     .ok_or_else(|| BridgeError::NotFound(format!("transition {id} on {key}")))?;
-                (id.to_string(), event, SystemTime::now())
+                (id.to_string(), event)
             }
             (Some(event), _) => {
                 self.ensure_leader()?;
@@ -77,9 +77,8 @@ impl Bridge {
                     .clone()
                     .filter(|s| !s.is_empty())
                     .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-                let since = SystemTime::now();
                 self.request(&key, &id, event, &call.arguments).await?;
-                (id, event, since)
+                (id, event)
             }
             (None, None) => {
                 return Err(BridgeError::Invalid(vec![
@@ -94,7 +93,7 @@ impl Bridge {
                 .unwrap_or_else(|| self.cfg.transition_timeout(event));
             let out = self
                 .roster
-                .wait_transition(&key, &id, target, since, started + timeout)
+                .wait_transition(&key, &id, target, started + timeout)
                 .await;
             let label = match &out {
                 Ok(Outcome::Reached { .. }) => "reached",

@@ -114,6 +114,9 @@ pub struct EnvironmentStatus {
     /// How many tasks are failing, listed or not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failing_count: Option<u32>,
+    /// How many of the failing tasks (and deployment calls) are critical, listed or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_critical: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

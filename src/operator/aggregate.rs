@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::crd::{FailingTask, Task, TransitionPhase, TransitionRequest, TransitionStatus};
 use crate::plan::ControlMode;
-use crate::state::State;
+use crate::state::{State, next};
 
 /// Failing tasks listed in the status (all are counted).
 pub const FAILING_LISTED: usize = 100;
@@ -21,6 +21,8 @@ pub struct Aggregate {
     pub failing_tasks: Vec<FailingTask>,
     /// How many are failing in all.
     pub failing_count: usize,
+    /// How many of them are critical.
+    pub failing_critical: usize,
     pub transition: Option<TransitionStatus>,
 }
 
@@ -72,8 +74,9 @@ pub fn aggregate(
         .collect();
     failing_tasks.sort_by(|a, b| (!a.critical, &a.name).cmp(&(!b.critical, &b.name)));
     let failing_count = failing_tasks.len();
+    let failing_critical = failing_tasks.iter().filter(|f| f.critical).count();
 
-    let state = if failing_tasks.iter().any(|f| f.critical) {
+    let state = if failing_critical > 0 {
         State::Error
     } else {
         // Non-critical tasks in ERROR are named, but do not decide the environment's state.
@@ -103,12 +106,15 @@ pub fn aggregate(
         ready,
         failing_tasks,
         failing_count,
+        failing_critical,
         transition,
     }
 }
 
-/// Succeeded once every critical task finished transition `req.id`; Failed as soon as one
-/// critical task failed it (or is in ERROR without having finished it).
+/// Succeeded once every critical task finished transition `req.id` and every other task is
+/// done with it (a non-critical failure is a warning, reported with it); Failed as soon as one
+/// critical task failed it, or is in ERROR without having acted on it while the event cannot
+/// leave ERROR (a RECOVER waits for the ERROR tasks to act on it).
 fn transition_status(req: &TransitionRequest, tasks: &[&Task], missing: usize) -> TransitionStatus {
     let critical: Vec<&&Task> = tasks.iter().filter(|t| t.spec.task.critical).collect();
     let of = |t: &Task| {
@@ -118,12 +124,22 @@ fn transition_status(req: &TransitionRequest, tasks: &[&Task], missing: usize) -
             .filter(|tr| tr.id == req.id)
             .cloned()
     };
+    // In ERROR without having acted on it, where the event cannot leave ERROR: it never will.
+    let stuck = |t: &Task| {
+        of(t).is_none()
+            && t.status.as_ref().and_then(|s| s.state) == Some(State::Error)
+            && next(State::Error, req.event).is_none()
+    };
+    // A non-critical task neither fails nor holds back the transition once it is done with
+    // it, either way, so that its failure is reported with the outcome.
+    let finished_or_stuck =
+        |t: &Task| of(t).is_some_and(|tr| tr.phase != TransitionPhase::Running) || stuck(t);
     let failed = critical.iter().find_map(|t| {
         let st = t.status.as_ref();
         match of(t) {
             Some(tr) if tr.phase == TransitionPhase::Failed => Some((t, tr.message)),
             Some(_) => None,
-            None if st.and_then(|s| s.state) == Some(State::Error) => Some((
+            None if stuck(t) => Some((
                 t,
                 st.and_then(|s| s.message.clone())
                     .unwrap_or_else(|| "task in ERROR".into()),
@@ -141,6 +157,10 @@ fn transition_status(req: &TransitionRequest, tasks: &[&Task], missing: usize) -
         && critical
             .iter()
             .all(|t| of(t).is_some_and(|tr| tr.phase == TransitionPhase::Succeeded))
+        && tasks
+            .iter()
+            .filter(|t| !t.spec.task.critical)
+            .all(|t| finished_or_stuck(t))
     {
         (TransitionPhase::Succeeded, String::new())
     } else {
@@ -230,6 +250,7 @@ mod tests {
         let a = agg(&tasks, 2000, None, State::Running);
         assert_eq!(a.state, State::Error);
         assert_eq!(a.failing_count, 2000);
+        assert_eq!(a.failing_critical, 1000);
         assert_eq!(a.failing_tasks.len(), FAILING_LISTED);
         assert!(
             a.failing_tasks
@@ -310,7 +331,20 @@ mod tests {
                 .phase,
             Running
         );
-        // Non-critical tasks do not hold a transition back, nor fail it.
+        // A non-critical task still on its way holds the outcome back (its failure is to be
+        // reported with it)...
+        let tasks = [
+            task("a", true, c, Some(("t1", Succeeded, ""))),
+            task("b", false, Some(State::Standby), None),
+        ];
+        assert_eq!(
+            agg(&tasks, 2, Some(&req), State::Configured)
+                .transition
+                .unwrap()
+                .phase,
+            Running
+        );
+        // ... but does not fail it.
         let tasks = [
             task("a", true, c, Some(("t1", Succeeded, ""))),
             task("b", false, Some(State::Error), Some(("t1", Failed, "x"))),
@@ -345,6 +379,40 @@ mod tests {
         assert_eq!(
             (tr.phase, tr.message.as_str()),
             (Failed, "task a (node flp001): a broke")
+        );
+    }
+
+    #[test]
+    fn a_recover_waits_for_the_error_tasks_to_act_on_it() {
+        use TransitionPhase::*;
+        let recover = TransitionRequest {
+            id: "r1".into(),
+            event: Event::Recover,
+            arguments: Default::default(),
+        };
+        let before = [
+            task("a", true, Some(State::Error), Some(("c1", Failed, "x"))),
+            task("b", true, Some(State::Standby), None),
+        ];
+        let tr = agg(&before, 2, Some(&recover), State::Standby)
+            .transition
+            .unwrap();
+        assert_eq!(tr.phase, Running, "{}", tr.message);
+        let after = [
+            task(
+                "a",
+                true,
+                Some(State::Error),
+                Some(("r1", Failed, "still broken")),
+            ),
+            task("b", true, Some(State::Standby), None),
+        ];
+        let tr = agg(&after, 2, Some(&recover), State::Standby)
+            .transition
+            .unwrap();
+        assert_eq!(
+            (tr.phase, tr.message.as_str()),
+            (Failed, "task a (node flp001): still broken")
         );
     }
 

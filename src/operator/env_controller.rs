@@ -219,9 +219,12 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
         let _ = deploy_calls(ctx, &env, calls::DeployStep::After);
     }
     let failed_calls = deploy_failures(ctx, &env);
-    if failed_calls.iter().any(|f| f.critical) {
+    let critical_calls = failed_calls.iter().filter(|f| f.critical).count();
+    if critical_calls > 0 {
         status.state = Some(State::Error);
     }
+    let critical = agg.failing_critical + critical_calls;
+    status.failing_critical = (critical > 0).then_some(critical as u32);
     status.failing_tasks.extend(failed_calls);
     status.transition = match &env.spec.transition {
         Some(req) if has_hooks => {

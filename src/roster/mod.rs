@@ -18,8 +18,8 @@ use dashmap::DashMap;
 use tokio::sync::{broadcast, watch};
 
 pub use intern::{Interner, Str};
-pub use record::{EnvKey, EnvRecord, FailingTask, Observed, Phase, TaskRecord};
-pub use wait::{Failure, Outcome, Progress};
+pub use record::{EnvKey, EnvRecord, Failure, Observed, Phase, TaskRecord};
+pub use wait::{Outcome, Progress};
 
 use crate::state::State;
 

@@ -1,6 +1,7 @@
 //! What the roster keeps per environment and per task: plain data, built by the bridge
 //! from the cluster's objects (the roster itself never sees a Kubernetes type).
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use super::intern::Str;
@@ -55,10 +56,11 @@ pub struct Observed {
     pub message: Option<Str>,
 }
 
-/// A task the environment's status names as failing.
+/// A failing task (or deployment call), as the environment's status names it: what a
+/// transition's outcome lists.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FailingTask {
-    pub name: Str,
+pub struct Failure {
+    pub task: Str,
     pub node: Str,
     pub path: Str,
     pub critical: bool,
@@ -79,7 +81,12 @@ pub struct EnvRecord {
     /// The transition last requested in the spec (id, event).
     pub requested: Option<(Str, Event)>,
     pub observed: Option<Observed>,
-    pub failing: Vec<FailingTask>,
+    /// Tasks per state, as the environment's status counts them (the operator's aggregation).
+    pub counts: BTreeMap<State, u32>,
+    /// The failing tasks the status lists (critical first, at most 100) ...
+    pub failing: Vec<Failure>,
+    /// ... and how many of them are critical in all, listed or not.
+    pub failing_critical: u32,
     /// metadata.deletionTimestamp is set: being torn down.
     pub deleting: bool,
     /// The run number START asked for, while START is the transition last requested.

@@ -18,7 +18,9 @@ fn env(tasks: u32) -> EnvRecord {
         state: None,
         requested: None,
         observed: None,
+        counts: BTreeMap::new(),
         failing: vec![],
+        failing_critical: 0,
         deleting: false,
         run_number: None,
         created_at: SystemTime::UNIX_EPOCH,
@@ -44,12 +46,6 @@ fn task(r: &Roster, name: &str, node: &str, state: State) -> TaskRecord {
         deleting: false,
         changed_at: SystemTime::UNIX_EPOCH,
     }
-}
-
-fn acted(mut t: TaskRecord, r: &Roster, id: &str, state: State) -> TaskRecord {
-    t.transition = Some((r.intern(id), Phase::Succeeded));
-    t.state = state;
-    t
 }
 
 #[test]
@@ -143,246 +139,6 @@ fn ports_in_use_skip_the_excluded_environment() {
 }
 
 #[test]
-fn stale_states_do_not_finish_a_wait() {
-    let r = Roster::new();
-    r.apply_env(env(2));
-    // Both tasks already CONFIGURED, but from an earlier transition "t0".
-    for n in ["t1", "t2"] {
-        r.apply_task(acted(
-            task(&r, n, "flp001", State::Standby),
-            &r,
-            "t0",
-            State::Configured,
-        ));
-    }
-    let since = SystemTime::now();
-    let p = r
-        .evaluate(&env_key(), "t1-id", State::Configured, since)
-        .unwrap_err();
-    assert_eq!((p.expected, p.seen, p.done), (2, 2, 0));
-
-    r.apply_task(acted(
-        task(&r, "t1", "flp001", State::Standby),
-        &r,
-        "t1-id",
-        State::Configured,
-    ));
-    let p = r
-        .evaluate(&env_key(), "t1-id", State::Configured, since)
-        .unwrap_err();
-    assert_eq!(p.done, 1);
-    r.apply_task(acted(
-        task(&r, "t2", "flp001", State::Standby),
-        &r,
-        "t1-id",
-        State::Configured,
-    ));
-    assert_eq!(
-        r.evaluate(&env_key(), "t1-id", State::Configured, since),
-        Ok(Outcome::Reached {
-            tasks: 2,
-            warnings: vec![]
-        })
-    );
-}
-
-#[test]
-fn missing_tasks_keep_a_wait_pending() {
-    let r = Roster::new();
-    r.apply_env(env(3));
-    r.apply_task(acted(
-        task(&r, "t1", "flp001", State::Standby),
-        &r,
-        "x",
-        State::Configured,
-    ));
-    let p = r
-        .evaluate(&env_key(), "x", State::Configured, SystemTime::now())
-        .unwrap_err();
-    assert_eq!((p.expected, p.seen, p.done), (3, 1, 1));
-}
-
-#[test]
-fn critical_error_fails_at_once_and_names_the_task() {
-    let r = Roster::new();
-    r.apply_env(env(3));
-    let since = SystemTime::now() - Duration::from_secs(1);
-    r.apply_task(acted(
-        task(&r, "t1", "flp001", State::Standby),
-        &r,
-        "x",
-        State::Configured,
-    ));
-    let mut bad = acted(
-        task(&r, "t2", "flp002", State::Standby),
-        &r,
-        "x",
-        State::Error,
-    );
-    bad.message = Some("INIT DEVICE refused: missing channel".into());
-    r.apply_task(bad);
-    let mut soft = acted(
-        task(&r, "t3", "flp003", State::Standby),
-        &r,
-        "x",
-        State::Error,
-    );
-    soft.critical = false;
-    soft.message = Some("qc down".into());
-    r.apply_task(soft);
-    match r.evaluate(&env_key(), "x", State::Configured, since) {
-        Ok(Outcome::Failed {
-            failures,
-            warnings,
-            message,
-        }) => {
-            assert_eq!(failures.len(), 1);
-            assert_eq!(failures[0].task, "t2");
-            assert_eq!(failures[0].message, "INIT DEVICE refused: missing channel");
-            assert!(message.contains("t2"), "{message}");
-            assert_eq!(warnings.len(), 1);
-            assert_eq!(warnings[0].task, "t3");
-        }
-        other => panic!("expected failure, got {other:?}"),
-    }
-}
-
-#[test]
-fn a_mass_failure_is_counted_in_one_short_message() {
-    let r = Roster::new();
-    r.apply_env(env(2000));
-    for i in 0..2000 {
-        let t = task(&r, &format!("t{i:04}"), "flp001", State::Standby);
-        r.apply_task(acted(t, &r, "x", State::Error));
-    }
-    match r.evaluate(&env_key(), "x", State::Configured, SystemTime::now()) {
-        Ok(Outcome::Failed {
-            failures, message, ..
-        }) => {
-            assert_eq!(failures.len(), 2000, "the outcome keeps every failure");
-            assert!(message.starts_with("2000 critical task(s) failed: t0000, t0001"));
-            assert!(message.ends_with("t0009 and 1990 more"), "{message}");
-        }
-        other => panic!("expected failure, got {other:?}"),
-    }
-}
-
-#[test]
-fn non_critical_failure_is_reported_but_does_not_fail() {
-    let r = Roster::new();
-    r.apply_env(env(2));
-    r.apply_task(acted(
-        task(&r, "t1", "flp001", State::Standby),
-        &r,
-        "x",
-        State::Configured,
-    ));
-    let mut soft = acted(
-        task(&r, "t2", "flp002", State::Standby),
-        &r,
-        "x",
-        State::Error,
-    );
-    soft.critical = false;
-    r.apply_task(soft);
-    match r.evaluate(&env_key(), "x", State::Configured, SystemTime::now()) {
-        Ok(Outcome::Reached { tasks, warnings }) => {
-            assert_eq!(tasks, 2);
-            assert_eq!(warnings[0].task, "t2");
-        }
-        other => panic!("expected success, got {other:?}"),
-    }
-}
-
-#[test]
-fn an_old_error_is_stale_for_a_new_transition() {
-    let r = Roster::new();
-    r.apply_env(env(1));
-    r.apply_task(acted(
-        task(&r, "t1", "flp001", State::Standby),
-        &r,
-        "old",
-        State::Error,
-    ));
-    let since = SystemTime::now() + Duration::from_secs(1);
-    // RECOVER requested after the error: the error must not end the wait.
-    assert!(
-        r.evaluate(&env_key(), "new", State::Standby, since)
-            .is_err()
-    );
-}
-
-#[test]
-fn environment_failed_phase_ends_the_wait() {
-    let r = Roster::new();
-    let mut e = env(1);
-    e.observed = Some(Observed {
-        id: "x".into(),
-        event: Event::Configure,
-        phase: Phase::Failed,
-        message: Some("no node flp009".into()),
-    });
-    e.failing = vec![FailingTask {
-        name: "t1".into(),
-        node: "flp009".into(),
-        path: "p".into(),
-        critical: true,
-        message: "no Node for machine_id flp009".into(),
-    }];
-    r.apply_env(e);
-    match r.evaluate(&env_key(), "x", State::Configured, SystemTime::now()) {
-        Ok(Outcome::Failed {
-            message, failures, ..
-        }) => {
-            assert_eq!(message, "no node flp009");
-            assert_eq!(failures[0].task, "t1");
-        }
-        other => panic!("{other:?}"),
-    }
-    // ...but only for that transition id.
-    assert!(
-        r.evaluate(&env_key(), "y", State::Configured, SystemTime::now())
-            .is_err()
-    );
-}
-
-#[tokio::test]
-async fn waiter_wakes_on_change_and_times_out_with_progress() {
-    let r = std::sync::Arc::new(Roster::new());
-    r.apply_env(env(1));
-    r.apply_task(task(&r, "t1", "flp001", State::Standby));
-    let since = SystemTime::now();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    let r2 = r.clone();
-    let waiter = tokio::spawn(async move {
-        r2.wait_transition(&env_key(), "x", State::Configured, since, deadline)
-            .await
-    });
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    r.apply_task(acted(
-        task(&r, "t1", "flp001", State::Standby),
-        &r,
-        "x",
-        State::Configured,
-    ));
-    let out = waiter.await.unwrap();
-    assert_eq!(
-        out,
-        Ok(Outcome::Reached {
-            tasks: 1,
-            warnings: vec![]
-        })
-    );
-
-    let short = tokio::time::Instant::now() + Duration::from_millis(30);
-    let p = r
-        .wait_transition(&env_key(), "never", State::Running, since, short)
-        .await
-        .unwrap_err();
-    assert_eq!((p.expected, p.seen, p.done), (1, 1, 0));
-}
-
-#[test]
 fn memory_per_task_stays_under_two_kilobytes() {
     let r = Roster::new();
     let envs = 4;
@@ -415,30 +171,198 @@ fn memory_per_task_stays_under_two_kilobytes() {
     assert!(per_task <= 2048, "{per_task} bytes per task");
 }
 
+/// An environment record whose status reports transition `id` in `phase`.
+fn observed(mut e: EnvRecord, id: &str, phase: Phase, message: &str) -> EnvRecord {
+    e.observed = Some(Observed {
+        id: id.into(),
+        event: Event::Configure,
+        phase,
+        message: (!message.is_empty()).then(|| message.into()),
+    });
+    e
+}
+
+fn failing(task: &str, critical: bool, message: &str) -> Failure {
+    Failure {
+        task: task.into(),
+        node: "flp001".into(),
+        path: format!("p.{task}").into(),
+        critical,
+        message: message.into(),
+    }
+}
+
 #[test]
-fn deploy_wait_needs_every_task_in_state() {
+fn only_the_status_of_this_transition_ends_its_wait() {
     let r = Roster::new();
-    r.apply_env(env(2));
-    r.apply_task(task(&r, "t1", "flp001", State::Standby));
+    // Every task CONFIGURED, but the status reports an earlier transition.
+    let mut e = observed(env(2), "t0", Phase::Succeeded, "");
+    e.counts = BTreeMap::from([(State::Configured, 2)]);
+    r.apply_env(e.clone());
+    let p = r.evaluate(&env_key(), "t1", State::Configured).unwrap_err();
+    assert_eq!((p.expected, p.in_target), (2, 2));
+    r.apply_env(observed(
+        e.clone(),
+        "t1",
+        Phase::Running,
+        "1/2 critical tasks done",
+    ));
+    let p = r.evaluate(&env_key(), "t1", State::Configured).unwrap_err();
+    assert_eq!(p.message.as_deref(), Some("1/2 critical tasks done"));
+    r.apply_env(observed(e, "t1", Phase::Succeeded, ""));
+    assert_eq!(
+        r.evaluate(&env_key(), "t1", State::Configured),
+        Ok(Outcome::Reached {
+            tasks: 2,
+            warnings: vec![]
+        })
+    );
+}
+
+#[test]
+fn a_failed_transition_names_its_critical_tasks_and_warns_of_the_rest() {
+    let r = Roster::new();
+    let mut e = observed(env(3), "x", Phase::Failed, "task t2 (node flp001): refused");
+    e.failing = vec![
+        failing("t2", true, "INIT DEVICE refused: missing channel"),
+        failing("t3", false, "qc down"),
+    ];
+    e.failing_critical = 1;
+    r.apply_env(e);
+    match r.evaluate(&env_key(), "x", State::Configured) {
+        Ok(Outcome::Failed {
+            failures,
+            warnings,
+            message,
+        }) => {
+            assert_eq!(message, "1 critical task(s) failed: t2");
+            assert_eq!(failures.len(), 1);
+            assert_eq!(
+                &*failures[0].message,
+                "INIT DEVICE refused: missing channel"
+            );
+            assert_eq!(warnings.len(), 1);
+            assert_eq!(&*warnings[0].task, "t3");
+        }
+        other => panic!("expected failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_mass_failure_is_counted_in_one_short_message() {
+    let r = Roster::new();
+    // The status lists 100 of 2,000 critical failures and counts them all.
+    let mut e = observed(env(2000), "x", Phase::Failed, "");
+    e.failing = (0..100)
+        .map(|i| failing(&format!("t{i:04}"), true, "refused"))
+        .collect();
+    e.failing_critical = 2000;
+    r.apply_env(e);
+    match r.evaluate(&env_key(), "x", State::Configured) {
+        Ok(Outcome::Failed {
+            failures, message, ..
+        }) => {
+            assert_eq!(failures.len(), 100, "what the status lists");
+            assert!(message.starts_with("2000 critical task(s) failed: t0000, t0001"));
+            assert!(message.ends_with("t0009 and 1990 more"), "{message}");
+        }
+        other => panic!("expected failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn non_critical_failures_are_reported_with_a_success() {
+    let r = Roster::new();
+    let mut e = observed(env(2), "x", Phase::Succeeded, "");
+    e.failing = vec![failing("t2", false, "qc down")];
+    r.apply_env(e);
+    match r.evaluate(&env_key(), "x", State::Configured) {
+        Ok(Outcome::Reached { tasks, warnings }) => {
+            assert_eq!(tasks, 2);
+            assert_eq!(&*warnings[0].task, "t2");
+        }
+        other => panic!("expected success, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_failure_no_task_is_blamed_for_is_told_in_the_operators_words() {
+    let r = Roster::new();
+    r.apply_env(observed(env(1), "x", Phase::Failed, "no node flp009"));
+    match r.evaluate(&env_key(), "x", State::Configured) {
+        Ok(Outcome::Failed {
+            message, failures, ..
+        }) => {
+            assert_eq!(message, "no node flp009");
+            assert!(failures.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    // ...but only for that transition id.
+    assert!(r.evaluate(&env_key(), "y", State::Configured).is_err());
+}
+
+#[tokio::test]
+async fn waiter_wakes_on_change_and_times_out_with_progress() {
+    let r = std::sync::Arc::new(Roster::new());
+    let mut e = env(1);
+    e.counts = BTreeMap::from([(State::Standby, 1)]);
+    r.apply_env(e.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let r2 = r.clone();
+    let waiter = tokio::spawn(async move {
+        r2.wait_transition(&env_key(), "x", State::Configured, deadline)
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    r.apply_env(observed(e, "x", Phase::Succeeded, ""));
+    let out = waiter.await.unwrap();
+    assert_eq!(
+        out,
+        Ok(Outcome::Reached {
+            tasks: 1,
+            warnings: vec![]
+        })
+    );
+
+    let short = tokio::time::Instant::now() + Duration::from_millis(30);
+    let p = r
+        .wait_transition(&env_key(), "never", State::Running, short)
+        .await
+        .unwrap_err();
+    assert_eq!((p.expected, p.in_target), (1, 0));
+}
+
+#[test]
+fn a_deploy_wait_reads_the_environments_state() {
+    let r = Roster::new();
+    let mut e = env(2);
+    r.apply_env(e.clone());
     assert!(
         r.evaluate_state(&env_key(), State::Standby).is_err(),
-        "one task missing"
+        "no status yet"
     );
-    r.apply_task(task(&r, "t2", "flp001", State::Deploying));
+    e.state = Some(State::Mixed);
+    e.counts = BTreeMap::from([(State::Deploying, 1), (State::Standby, 1)]);
+    r.apply_env(e.clone());
     assert_eq!(
         r.evaluate_state(&env_key(), State::Standby)
             .unwrap_err()
-            .done,
+            .in_target,
         1
     );
-    let mut bad = task(&r, "t2", "flp001", State::Error);
-    bad.message = Some("ErrImagePull".into());
-    r.apply_task(bad);
+    e.state = Some(State::Error);
+    e.failing = vec![failing("t2", true, "ErrImagePull")];
+    r.apply_env(e.clone());
     match r.evaluate_state(&env_key(), State::Standby) {
-        Ok(Outcome::Failed { failures, .. }) => assert_eq!(failures[0].message, "ErrImagePull"),
+        Ok(Outcome::Failed { failures, .. }) => {
+            assert_eq!(&*failures[0].message, "ErrImagePull")
+        }
         other => panic!("{other:?}"),
     }
-    r.apply_task(task(&r, "t2", "flp001", State::Standby));
+    e.state = Some(State::Standby);
+    e.failing.clear();
+    r.apply_env(e);
     assert!(matches!(
         r.evaluate_state(&env_key(), State::Standby),
         Ok(Outcome::Reached { tasks: 2, .. })
@@ -446,30 +370,26 @@ fn deploy_wait_needs_every_task_in_state() {
 }
 
 #[test]
-fn deploy_wait_fails_on_what_the_environment_reports_failing_besides_its_tasks() {
+fn a_deploy_wait_fails_on_a_failed_deployment_call() {
     let r = Roster::new();
     let mut e = env(1);
-    e.failing = vec![FailingTask {
-        name: "call w.lhc.deploy".into(),
+    e.state = Some(State::Error);
+    e.failing = vec![Failure {
+        task: "call w.lhc.deploy".into(),
         node: r.intern(""),
         path: "w.lhc.deploy".into(),
         critical: true,
         message: "lhc.UpdateFillInfo() at deployment: refused".into(),
     }];
-    r.apply_env(e.clone());
+    r.apply_env(e);
     match r.evaluate_state(&env_key(), State::Standby) {
-        Ok(Outcome::Failed { failures, .. }) => {
-            assert_eq!(failures[0].task, "call w.lhc.deploy");
+        Ok(Outcome::Failed {
+            failures, message, ..
+        }) => {
+            assert_eq!(&*failures[0].task, "call w.lhc.deploy");
             assert!(failures[0].message.contains("refused"));
+            assert_eq!(message, "1 critical task(s) failed: call w.lhc.deploy");
         }
         other => panic!("{other:?}"),
     }
-    // A failing entry that is one of its tasks is judged by the task's own record.
-    e.failing[0].name = "t1".into();
-    r.apply_env(e);
-    r.apply_task(task(&r, "t1", "flp001", State::Standby));
-    assert!(matches!(
-        r.evaluate_state(&env_key(), State::Standby),
-        Ok(Outcome::Reached { tasks: 1, .. })
-    ));
 }

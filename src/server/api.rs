@@ -430,9 +430,12 @@ fn fill_outcome(
         Err(p) => {
             *outcome = "timeout".into();
             *message = format!(
-                "timed out: {}/{} task(s) done, {} of {} seen",
-                p.done, p.expected, p.seen, p.expected
+                "timed out: {}/{} task(s) in the target state",
+                p.in_target, p.expected
             );
+            if let Some(m) = p.message.filter(|m| !m.is_empty()) {
+                message.push_str(&format!(" ({m})"));
+            }
         }
     }
 }

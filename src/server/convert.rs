@@ -64,17 +64,7 @@ pub fn environment(r: &Roster, e: &EnvRecord, tasks: bool) -> pb::Environment {
         } else {
             vec![]
         },
-        failing: e
-            .failing
-            .iter()
-            .map(|f| pb::Failure {
-                task: f.name.to_string(),
-                node: f.node.to_string(),
-                path: f.path.to_string(),
-                critical: f.critical,
-                message: f.message.to_string(),
-            })
-            .collect(),
+        failing: e.failing.iter().map(failure).collect(),
         deleting: e.deleting,
         changed_unix_ms: millis(e.changed_at),
     }
@@ -82,11 +72,11 @@ pub fn environment(r: &Roster, e: &EnvRecord, tasks: bool) -> pb::Environment {
 
 pub fn failure(f: &Failure) -> pb::Failure {
     pb::Failure {
-        task: f.task.clone(),
-        node: f.node.clone(),
-        path: f.path.clone(),
+        task: f.task.to_string(),
+        node: f.node.to_string(),
+        path: f.path.to_string(),
         critical: f.critical,
-        message: f.message.clone(),
+        message: f.message.to_string(),
     }
 }
 

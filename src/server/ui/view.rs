@@ -69,7 +69,7 @@ pub fn env(r: &Roster, e: &EnvRecord) -> EnvView {
             .failing
             .iter()
             .map(|f| FailingView {
-                task: f.name.to_string(),
+                task: f.task.to_string(),
                 node: f.node.to_string(),
                 path: f.path.to_string(),
                 critical: f.critical,

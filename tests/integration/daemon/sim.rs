@@ -1,13 +1,15 @@
 //! A simulated cluster side for the daemon tests, standing in for the operator where a test
 //! needs exact control (delays, failures): it reads Environments and their TaskSets from the
 //! REAL apiserver, creates the Task objects (owned by the Environment), and answers
-//! transitions by writing Task and Environment status, as the operator does.
+//! transitions by writing Task and Environment status, as the operator does (the Environment's
+//! with the operator's own aggregation).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use envbridge::crd::{Environment, Task, TaskSet, TaskSpec, labels};
+use envbridge::operator::aggregate::aggregate;
 use envbridge::plan::TaskRef;
 use envbridge::state::{Event, State};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -134,28 +136,19 @@ async fn round(
                 .await?;
         }
         let Some(tr) = env.spec.transition.clone() else {
+            publish(&envs, &tasks, &env, &by_env).await?;
             continue;
         };
-        if env
-            .status
-            .as_ref()
-            .and_then(|s| s.transition.as_ref())
-            .is_some_and(|s| s.id == tr.id)
-        {
-            continue;
-        }
-        let mut failed = Vec::new();
         for t in &refs {
             if stop.is_cancelled() {
                 return Ok(());
             }
-            let current = tasks.get_opt(&t.name).await?;
-            let Some(current) = current else { continue };
-            let st = current.status.clone().unwrap_or_default();
-            if st.transition.as_ref().is_some_and(|x| x.id == tr.id) {
-                if st.state == Some(State::Error) && t.critical {
-                    failed.push(t.name.clone());
-                }
+            let acted = existing
+                .get(&t.name)
+                .and_then(|x| x.status.as_ref())
+                .and_then(|s| s.transition.as_ref())
+                .is_some_and(|x| x.id == tr.id);
+            if acted {
                 continue;
             }
             tasks
@@ -182,19 +175,57 @@ async fn round(
             tasks
                 .patch_status(&t.name, &PatchParams::default(), &Patch::Merge(&status))
                 .await?;
-            if failure.is_some() && t.critical {
-                failed.push(t.name.clone());
-            }
+            // As the operator reconciles on every Task change: a failure shows at once.
+            publish(&envs, &tasks, &env, &by_env).await?;
         }
-        let (phase, state) = if failed.is_empty() {
-            ("Succeeded", tr.event.target())
-        } else {
-            ("Failed", State::Error)
-        };
-        let status = json!({"status": {"state": state,
-            "transition": {"id": tr.id, "event": tr.event, "phase": phase, "message": failed.join(", ")}}});
-        envs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-            .await?;
+        publish(&envs, &tasks, &env, &by_env).await?;
     }
+    Ok(())
+}
+
+/// Writes the Environment's status from its Tasks with the operator's own aggregation, the
+/// one place that decides a transition's outcome (the daemon only reads it).
+async fn publish(
+    envs: &Api<Environment>,
+    tasks: &Api<Task>,
+    env: &Environment,
+    by_env: &ListParams,
+) -> Result<(), kube::Error> {
+    let listed = tasks.list(by_env).await?.items;
+    let mine: Vec<&Task> = listed.iter().collect();
+    let agg = aggregate(
+        env.spec.desired_state,
+        env.spec.transition.as_ref(),
+        &mine,
+        env.spec.tasks as usize,
+    );
+    let some = |n: usize| (n > 0).then_some(n as u32);
+    let unchanged = env.status.as_ref().is_some_and(|s| {
+        s.state == Some(agg.state)
+            && s.counts == agg.counts
+            && s.ready.as_deref() == Some(agg.ready.as_str())
+            && s.failing_tasks == agg.failing_tasks
+            && s.failing_count == some(agg.failing_count)
+            && s.failing_critical == some(agg.failing_critical)
+            && s.transition == agg.transition
+    });
+    if unchanged {
+        return Ok(());
+    }
+    let status = json!({"status": {
+        "state": agg.state,
+        "counts": agg.counts,
+        "ready": agg.ready,
+        "failingTasks": agg.failing_tasks,
+        "failingCount": some(agg.failing_count),
+        "failingCritical": some(agg.failing_critical),
+        "transition": agg.transition,
+    }});
+    envs.patch_status(
+        &env.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&status),
+    )
+    .await?;
     Ok(())
 }
