@@ -14,9 +14,10 @@ use envbridge::launch::lease::{DaemonLease, LeaseConfig};
 use envbridge::launch::legacy_env::Renamed;
 use envbridge::launch::logging::LogFormat;
 use envbridge::server::{self, ServerConfig};
-use envbridge::state::Event;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
+
+use super::daemon_values::{event_timeout, namespaced_name, plugin_endpoint, port_range};
 
 #[derive(clap::Args, Debug, Default)]
 pub struct DaemonArgs {
@@ -250,13 +251,13 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     }
     b.config_store = a.config_store.or(f.config_store);
     b.templates = a.templates.or(f.templates);
-    b.integrations = f.integrations;
-    for (k, v) in f_checked(&b.integrations)?
-        .into_iter()
-        .chain(a.integrations)
-    {
-        b.integrations.insert(k, v);
-    }
+    let file_integrations: Vec<(String, String)> = f
+        .integrations
+        .iter()
+        .map(|(k, v)| plugin_endpoint(&format!("{k}={v}")))
+        .collect::<Result<_, _>>()?;
+    b.integrations
+        .extend(file_integrations.into_iter().chain(a.integrations));
     b.caller.allowed = f
         .caller_variables
         .into_iter()
@@ -327,19 +328,13 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     {
         b.default_transition_timeout = secs(s);
     }
-    let mut per_event: Vec<(String, u64)> = f.transition_timeouts.into_iter().collect();
-    for kv in &a.transition_timeouts {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| format!("transition-timeout {kv:?}: expected EVENT=SECONDS"))?;
-        let v = v
-            .parse()
-            .map_err(|_| format!("transition-timeout {kv:?}: seconds must be a number"))?;
-        per_event.push((k.to_string(), v));
-    }
-    for (k, v) in per_event {
-        let ev: Event = k.parse().map_err(|e| format!("transition-timeout: {e}"))?;
-        b.transition_timeouts.insert(ev, secs(v));
+    let file_entries = f
+        .transition_timeouts
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"));
+    for kv in file_entries.chain(a.transition_timeouts) {
+        let (ev, s) = event_timeout(&kv)?;
+        b.transition_timeouts.insert(ev, secs(s));
     }
 
     let mut s = ServerConfig::default();
@@ -374,53 +369,6 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
         log_format,
         renamed,
     })
-}
-
-fn port_range(s: &str) -> Result<(u16, u16), String> {
-    let (a, z) = s
-        .split_once('-')
-        .ok_or_else(|| format!("port range {s:?}: expected FIRST-LAST"))?;
-    let a: u16 = a
-        .trim()
-        .parse()
-        .map_err(|_| format!("port range {s:?}: FIRST is not a port"))?;
-    let z: u16 = z
-        .trim()
-        .parse()
-        .map_err(|_| format!("port range {s:?}: LAST is not a port"))?;
-    if a == 0 || a > z {
-        return Err(format!("port range {s:?}: need 0 < FIRST <= LAST"));
-    }
-    Ok((a, z))
-}
-
-/// `PLUGIN=URL`, an http:// URL.
-fn plugin_endpoint(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((p, u)) if !p.is_empty() && u.starts_with("http://") => {
-            Ok((p.to_string(), u.to_string()))
-        }
-        _ => Err(format!("`{s}` is not PLUGIN=http://HOST:PORT/PATH")),
-    }
-}
-
-/// The settings file's `integrations`, each checked as `--integration` is.
-fn f_checked(
-    m: &std::collections::BTreeMap<String, String>,
-) -> Result<Vec<(String, String)>, String> {
-    m.iter()
-        .map(|(k, v)| plugin_endpoint(&format!("{k}={v}")))
-        .collect()
-}
-
-/// `NAMESPACE/NAME`.
-fn namespaced_name(s: &str) -> Result<(String, String), String> {
-    match s.split_once('/') {
-        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok((ns.to_string(), name.to_string()))
-        }
-        _ => Err(format!("`{s}` is not NAMESPACE/NAME")),
-    }
 }
 
 pub fn run(args: DaemonArgs) -> ExitCode {
@@ -513,6 +461,7 @@ async fn serve(s: Settings) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envbridge::state::Event;
 
     fn write(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().expect("tempdir");
