@@ -1,9 +1,8 @@
 //! `envbridge daemon`: settings from a config file (YAML or TOML), overridden by environment
 //! variables, overridden by flags; then the watches, the API and leader election.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -14,14 +13,21 @@ use envbridge::launch::lease::{DaemonLease, LeaseConfig};
 use envbridge::launch::legacy_env::Renamed;
 use envbridge::launch::logging::LogFormat;
 use envbridge::server::{self, ServerConfig};
-use envbridge::state::Event;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-#[derive(clap::Args, Debug, Default)]
+use super::daemon_file::{self, load_file};
+use super::daemon_values::{event_timeout, namespaced_name, plugin_endpoint, port_range};
+
+/// The daemon's settings, read twice into this one structure: from flags and environment
+/// variables (clap), and from the config file (serde, kebab-case keys, see daemon_file.rs);
+/// [`DaemonArgs::over_file`] then merges the two. Fields without a file key are `serde(skip)`.
+#[derive(clap::Args, Deserialize, Debug, Default, PartialEq)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct DaemonArgs {
     /// Config file (.yaml/.yml or .toml); flags and environment variables override it.
     #[arg(long, env = "ENVBRIDGE_CONFIG")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
     /// gRPC listen address (default 127.0.0.1:50061). Beyond loopback: --token and TLS required.
     #[arg(long, env = "ENVBRIDGE_LISTEN")]
@@ -31,6 +37,7 @@ pub struct DaemonArgs {
     pub metrics_listen: Option<SocketAddr>,
     /// Bearer token clients must present.
     #[arg(long, env = "ENVBRIDGE_TOKEN", hide_env_values = true)]
+    #[serde(skip)]
     pub token: Option<String>,
     /// The callers' token file (mode 600): one admin token, or YAML
     /// `tokens: [{name, role: viewer|operator|admin, token}]` (docs/security.md).
@@ -38,6 +45,7 @@ pub struct DaemonArgs {
     pub token_file: Option<PathBuf>,
     /// Serve without identifying callers: every caller is an admin. Loopback only.
     #[arg(long, env = "ENVBRIDGE_INSECURE_NO_AUTH")]
+    #[serde(skip)]
     pub insecure_no_auth: bool,
     #[arg(long, env = "ENVBRIDGE_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
@@ -70,10 +78,12 @@ pub struct DaemonArgs {
     /// The site's configuration store in a ConfigMap, NAMESPACE/NAME, key `config.yaml`,
     /// watched through the API (instead of --config-store).
     #[arg(long, env = "ENVBRIDGE_CONFIG_MAP", value_name = "NAMESPACE/NAME", value_parser = namespaced_name, conflicts_with = "config_store")]
+    #[serde(deserialize_with = "daemon_file::config_map")]
     pub config_map: Option<(String, String)>,
     /// An integration plugin's endpoint, PLUGIN=URL (repeatable): where its `call:` roles
     /// are sent (docs/integrations.md).
     #[arg(long = "integration", value_name = "PLUGIN=URL", value_parser = plugin_endpoint)]
+    #[serde(deserialize_with = "daemon_file::integrations")]
     pub integrations: Vec<(String, String)>,
     /// The site's mapping from task classes and control modes to TaskTemplates.
     #[arg(long, env = "ENVBRIDGE_TEMPLATES", value_name = "FILE")]
@@ -86,6 +96,7 @@ pub struct DaemonArgs {
         env = "ENVBRIDGE_ALLOW_VARIABLES",
         value_delimiter = ','
     )]
+    #[serde(rename = "caller-variables")]
     pub allow_variables: Vec<String>,
     /// At most this many hosts per environment (default 1000).
     #[arg(long, env = "ENVBRIDGE_MAX_HOSTS")]
@@ -98,9 +109,11 @@ pub struct DaemonArgs {
     pub render_deadline: Option<u64>,
     /// Control ports to allocate, FIRST-LAST (default 47100-47999).
     #[arg(long, env = "ENVBRIDGE_CONTROL_PORTS", value_parser = port_range)]
+    #[serde(deserialize_with = "daemon_file::control_ports")]
     pub control_ports: Option<(u16, u16)>,
     /// TCP channel ports to allocate, FIRST-LAST (default 48000-49999).
     #[arg(long, env = "ENVBRIDGE_TCP_PORTS", value_parser = port_range)]
+    #[serde(deserialize_with = "daemon_file::tcp_ports")]
     pub tcp_ports: Option<(u16, u16)>,
     /// Seconds until every task of a new environment is STANDBY.
     #[arg(long, env = "ENVBRIDGE_DEPLOY_TIMEOUT")]
@@ -121,6 +134,7 @@ pub struct DaemonArgs {
         env = "ENVBRIDGE_TRANSITION_TIMEOUTS",
         value_delimiter = ','
     )]
+    #[serde(deserialize_with = "daemon_file::transition_timeouts")]
     pub transition_timeouts: Vec<String>,
     /// Seconds, for events without their own timeout.
     #[arg(long, env = "ENVBRIDGE_DEFAULT_TRANSITION_TIMEOUT")]
@@ -130,52 +144,23 @@ pub struct DaemonArgs {
     #[arg(long, env = "ENVBRIDGE_ORPHAN_GRACE")]
     pub orphan_grace: Option<u64>,
     #[command(flatten)]
+    #[serde(skip)]
     pub lease: DaemonLease,
+    /// The lease group's keys in a file, read beside the group and merged into it by
+    /// over_file. Not `serde(flatten)`: that passes values through serde's untyped buffer
+    /// (YAML's `lease-name: y` arrives as a bool, positions are lost) and cannot combine
+    /// with `deny_unknown_fields`.
+    #[arg(skip)]
+    #[serde(rename = "leader-election")]
+    pub file_leader_election: Option<bool>,
+    #[arg(skip)]
+    #[serde(rename = "lease-name")]
+    pub file_lease_name: Option<String>,
+    #[arg(skip)]
+    #[serde(rename = "lease-namespace")]
+    pub file_lease_namespace: Option<String>,
     /// Log format: text or json.
     #[arg(long, env = "ENVBRIDGE_LOG_FORMAT")]
-    pub log_format: Option<LogFormat>,
-}
-
-/// The config file: every field optional, same names as the flags (kebab or snake case).
-#[derive(Deserialize, Debug, Default)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct FileConfig {
-    pub listen: Option<SocketAddr>,
-    pub metrics_listen: Option<SocketAddr>,
-    pub token_file: Option<PathBuf>,
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    pub namespace: Option<String>,
-    pub namespace_prefix: Option<String>,
-    pub watch_namespace: Option<String>,
-    pub tasks_dir: Option<PathBuf>,
-    pub workflows_dir: Option<PathBuf>,
-    #[serde(default)]
-    pub defaults: Vec<PathBuf>,
-    pub config_store: Option<PathBuf>,
-    pub config_map: Option<String>,
-    #[serde(default)]
-    pub integrations: std::collections::BTreeMap<String, String>,
-    pub templates: Option<PathBuf>,
-    #[serde(default)]
-    pub caller_variables: Vec<String>,
-    pub max_hosts: Option<usize>,
-    pub max_tasks: Option<usize>,
-    pub render_deadline: Option<u64>,
-    pub control_ports: Option<String>,
-    pub tcp_ports: Option<String>,
-    pub deploy_timeout: Option<u64>,
-    pub destroy_timeout: Option<u64>,
-    pub kill_timeout: Option<u64>,
-    pub namespace_gone_timeout: Option<u64>,
-    pub namespace_active_timeout: Option<u64>,
-    #[serde(default)]
-    pub transition_timeouts: HashMap<String, u64>,
-    pub default_transition_timeout: Option<u64>,
-    pub orphan_grace: Option<u64>,
-    pub leader_election: Option<bool>,
-    pub lease_name: Option<String>,
-    pub lease_namespace: Option<String>,
     pub log_format: Option<LogFormat>,
 }
 
@@ -195,16 +180,6 @@ fn hold_before_environment_write() -> Result<Duration, String> {
     }
 }
 
-pub fn load_file(path: &Path) -> Result<FileConfig, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let toml = path.extension().is_some_and(|e| e == "toml");
-    if toml {
-        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
-    } else {
-        serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
-    }
-}
-
 /// Everything the daemon needs, resolved from file, environment and flags.
 pub struct Settings {
     pub bridge: BridgeConfig,
@@ -215,22 +190,31 @@ pub struct Settings {
     pub renamed: Renamed,
 }
 
+impl DaemonArgs {
+    /// Fills what flags and `ENVBRIDGE_DAEMON_*` left unset from the unprefixed variable names
+    /// of earlier versions (shared with the operator), noting each in `renamed`. Before the
+    /// file: an older variable still overrides the config file.
+    fn with_renamed(mut self, renamed: &mut Renamed) -> Self {
+        self.namespace = renamed.read(
+            self.namespace,
+            "ENVBRIDGE_NAMESPACE",
+            "ENVBRIDGE_DAEMON_NAMESPACE",
+        );
+        let c = self.lease.choice().renamed(DaemonLease::PREFIX, renamed);
+        self.lease = DaemonLease::from_choice(c);
+        self
+    }
+}
+
 pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     let f = match &a.config {
         Some(p) => load_file(p)?,
-        None => FileConfig::default(),
+        None => DaemonArgs::default(),
     };
-    let mut b = BridgeConfig::default();
     let mut renamed = Renamed::default();
-    let prefix = a.namespace_prefix.or(f.namespace_prefix);
-    let fixed = renamed
-        .read(
-            a.namespace,
-            "ENVBRIDGE_NAMESPACE",
-            "ENVBRIDGE_DAEMON_NAMESPACE",
-        )
-        .or(f.namespace);
-    b.namespaces = match (fixed, prefix) {
+    let a = a.with_renamed(&mut renamed).over_file(f);
+    let mut b = BridgeConfig::default();
+    b.namespaces = match (a.namespace, a.namespace_prefix) {
         (Some(_), Some(_)) => {
             return Err("namespace and namespace-prefix exclude each other".into());
         }
@@ -238,118 +222,83 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
         (None, Some(prefix)) => NamespaceMode::PerEnvironment { prefix },
         (None, None) => b.namespaces,
     };
-    b.watch_namespace = a.watch_namespace.or(f.watch_namespace);
+    b.watch_namespace = a.watch_namespace;
     if b.per_env_namespace() && b.watch_namespace.is_some() {
         return Err("watch-namespace cannot be used with per-environment namespaces".into());
     }
-    if let Some(d) = a.tasks_dir.or(f.tasks_dir) {
+    if let Some(d) = a.tasks_dir {
         b.tasks_dir = d;
     }
-    if let Some(d) = a.workflows_dir.or(f.workflows_dir) {
+    if let Some(d) = a.workflows_dir {
         b.workflows_dir = d;
     }
-    b.config_store = a.config_store.or(f.config_store);
-    b.templates = a.templates.or(f.templates);
-    b.integrations = f.integrations;
-    for (k, v) in f_checked(&b.integrations)?
+    b.config_store = a.config_store;
+    b.templates = a.templates;
+    // The file's entries come first: a flag for the same plugin wins.
+    b.integrations.extend(a.integrations);
+    b.caller.allowed = a
+        .allow_variables
         .into_iter()
-        .chain(a.integrations)
-    {
-        b.integrations.insert(k, v);
-    }
-    b.caller.allowed = f
-        .caller_variables
-        .into_iter()
-        .chain(a.allow_variables)
         .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty())
         .collect();
-    if let Some(n) = a.max_hosts.or(f.max_hosts) {
+    if let Some(n) = a.max_hosts {
         b.caller.max_hosts = n;
     }
-    if let Some(n) = a.max_tasks.or(f.max_tasks) {
+    if let Some(n) = a.max_tasks {
         b.caller.max_tasks = n;
     }
-    if let Some(s) = a.render_deadline.or(f.render_deadline) {
+    if let Some(s) = a.render_deadline {
         b.render_deadline = Duration::from_secs(s.max(1));
     }
-    b.config_map = match a.config_map {
-        Some(cm) => Some(cm),
-        None => f.config_map.as_deref().map(namespaced_name).transpose()?,
-    };
+    b.config_map = a.config_map;
     if b.config_map.is_some() && b.config_store.is_some() {
         return Err("config-store and config-map name two stores: give one".to_string());
     }
-    b.defaults_files = if a.defaults.is_empty() {
-        f.defaults
-    } else {
-        a.defaults
-    };
-    if let Some((a, z)) = a
-        .control_ports
-        .map(Ok)
-        .or_else(|| f.control_ports.as_deref().map(port_range))
-        .transpose()?
-    {
-        b.control_ports = a..=z;
+    b.defaults_files = a.defaults;
+    if let Some((first, last)) = a.control_ports {
+        b.control_ports = first..=last;
     }
-    if let Some((a, z)) = a
-        .tcp_ports
-        .map(Ok)
-        .or_else(|| f.tcp_ports.as_deref().map(port_range))
-        .transpose()?
-    {
-        b.tcp_ports = a..=z;
+    if let Some((first, last)) = a.tcp_ports {
+        b.tcp_ports = first..=last;
     }
     let secs = Duration::from_secs;
-    if let Some(s) = a.deploy_timeout.or(f.deploy_timeout) {
+    if let Some(s) = a.deploy_timeout {
         b.deploy_timeout = secs(s);
     }
-    if let Some(s) = a.destroy_timeout.or(f.destroy_timeout) {
+    if let Some(s) = a.destroy_timeout {
         b.destroy_timeout = secs(s);
     }
-    if let Some(s) = a.kill_timeout.or(f.kill_timeout) {
+    if let Some(s) = a.kill_timeout {
         b.kill_timeout = secs(s);
     }
-    if let Some(s) = a.orphan_grace.or(f.orphan_grace) {
+    if let Some(s) = a.orphan_grace {
         b.orphan_grace = secs(s);
     }
     b.hold_before_environment_write = hold_before_environment_write()?;
-    if let Some(s) = a.namespace_gone_timeout.or(f.namespace_gone_timeout) {
+    if let Some(s) = a.namespace_gone_timeout {
         b.namespace_gone_timeout = secs(s);
     }
-    if let Some(s) = a.namespace_active_timeout.or(f.namespace_active_timeout) {
+    if let Some(s) = a.namespace_active_timeout {
         b.namespace_active_timeout = secs(s);
     }
-    if let Some(s) = a
-        .default_transition_timeout
-        .or(f.default_transition_timeout)
-    {
+    if let Some(s) = a.default_transition_timeout {
         b.default_transition_timeout = secs(s);
     }
-    let mut per_event: Vec<(String, u64)> = f.transition_timeouts.into_iter().collect();
+    // The file's entries come first: a flag for the same event wins.
     for kv in &a.transition_timeouts {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| format!("transition-timeout {kv:?}: expected EVENT=SECONDS"))?;
-        let v = v
-            .parse()
-            .map_err(|_| format!("transition-timeout {kv:?}: seconds must be a number"))?;
-        per_event.push((k.to_string(), v));
-    }
-    for (k, v) in per_event {
-        let ev: Event = k.parse().map_err(|e| format!("transition-timeout: {e}"))?;
-        b.transition_timeouts.insert(ev, secs(v));
+        let (ev, s) = event_timeout(kv)?;
+        b.transition_timeouts.insert(ev, secs(s));
     }
 
     let mut s = ServerConfig::default();
-    if let Some(l) = a.listen.or(f.listen) {
+    if let Some(l) = a.listen {
         s.grpc_addr = l;
     }
-    if let Some(l) = a.metrics_listen.or(f.metrics_listen) {
+    if let Some(l) = a.metrics_listen {
         s.http_addr = l;
     }
-    s.tokens = match (a.token, a.token_file.or(f.token_file)) {
+    s.tokens = match (a.token, a.token_file) {
         (Some(t), _) => Some(std::sync::Arc::new(
             server::auth::Tokens::admin(&t).map_err(|e| format!("--token: {e}"))?,
         )),
@@ -357,16 +306,15 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
         (None, None) => None,
     };
     s.insecure = a.insecure_no_auth;
-    s.tls_cert = a.tls_cert.or(f.tls_cert);
-    s.tls_key = a.tls_key.or(f.tls_key);
+    s.tls_cert = a.tls_cert;
+    s.tls_key = a.tls_key;
     s.check().map_err(|e| e.to_string())?;
 
-    let mut choice = a.lease.choice().renamed(DaemonLease::PREFIX, &mut renamed);
-    choice.no_leader_election |= f.leader_election == Some(false);
-    choice.lease_name = choice.lease_name.or(f.lease_name);
-    choice.lease_namespace = choice.lease_namespace.or(f.lease_namespace);
-    let lease = choice.config("envbridge-daemon", "envbridge-daemon")?;
-    let log_format = a.log_format.or(f.log_format).unwrap_or_default();
+    let lease = a
+        .lease
+        .choice()
+        .config("envbridge-daemon", "envbridge-daemon")?;
+    let log_format = a.log_format.unwrap_or_default();
     Ok(Settings {
         bridge: b,
         server: s,
@@ -374,53 +322,6 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
         log_format,
         renamed,
     })
-}
-
-fn port_range(s: &str) -> Result<(u16, u16), String> {
-    let (a, z) = s
-        .split_once('-')
-        .ok_or_else(|| format!("port range {s:?}: expected FIRST-LAST"))?;
-    let a: u16 = a
-        .trim()
-        .parse()
-        .map_err(|_| format!("port range {s:?}: FIRST is not a port"))?;
-    let z: u16 = z
-        .trim()
-        .parse()
-        .map_err(|_| format!("port range {s:?}: LAST is not a port"))?;
-    if a == 0 || a > z {
-        return Err(format!("port range {s:?}: need 0 < FIRST <= LAST"));
-    }
-    Ok((a, z))
-}
-
-/// `PLUGIN=URL`, an http:// URL.
-fn plugin_endpoint(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((p, u)) if !p.is_empty() && u.starts_with("http://") => {
-            Ok((p.to_string(), u.to_string()))
-        }
-        _ => Err(format!("`{s}` is not PLUGIN=http://HOST:PORT/PATH")),
-    }
-}
-
-/// The settings file's `integrations`, each checked as `--integration` is.
-fn f_checked(
-    m: &std::collections::BTreeMap<String, String>,
-) -> Result<Vec<(String, String)>, String> {
-    m.iter()
-        .map(|(k, v)| plugin_endpoint(&format!("{k}={v}")))
-        .collect()
-}
-
-/// `NAMESPACE/NAME`.
-fn namespaced_name(s: &str) -> Result<(String, String), String> {
-    match s.split_once('/') {
-        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok((ns.to_string(), name.to_string()))
-        }
-        _ => Err(format!("`{s}` is not NAMESPACE/NAME")),
-    }
 }
 
 pub fn run(args: DaemonArgs) -> ExitCode {
@@ -513,6 +414,7 @@ async fn serve(s: Settings) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envbridge::state::Event;
 
     fn write(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -638,8 +540,8 @@ mod tests {
             .take_while(|l| l.starts_with("    "))
             .map(|l| format!("{}\n", &l[4..]))
             .collect();
-        let f: FileConfig = serde_saphyr::from_str(&block).expect("parses");
+        let f: DaemonArgs = serde_saphyr::from_str(&block).expect("parses");
         assert_eq!(f.namespace_prefix.as_deref(), Some("envbridge-env-"));
-        assert_eq!(f.transition_timeouts.get("CONFIGURE"), Some(&120));
+        assert!(f.transition_timeouts.contains(&"CONFIGURE=120".to_string()));
     }
 }

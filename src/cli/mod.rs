@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod daemon;
+mod daemon_file;
+mod daemon_values;
 mod demo;
 mod demo_hold;
 mod demo_midrun;
