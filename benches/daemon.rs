@@ -102,7 +102,7 @@ async fn daemon_role() -> Res {
         env_num("BENCH_TASKS_PER_NODE", 8),
     );
     let metrics = Metrics::new();
-    let client = envbridge::bridge::client::counted(
+    let client = envbridge::launch::client::counted(
         kube::Config::infer().await?,
         metrics.apiserver_requests.clone(),
         metrics.apiserver_throttled.clone(),
@@ -155,7 +155,7 @@ async fn run() -> Res {
         &Default::default(),
     )
     .await?;
-    let floor = envbridge::bridge::client::counted(kcfg, floor_count.clone(), Default::default())?;
+    let floor = envbridge::launch::client::counted(kcfg, floor_count.clone(), Default::default())?;
     let mut objs = objects("bf", nodes, per_node);
     objs.place(&floor_ns);
     let t = Instant::now();

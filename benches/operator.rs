@@ -14,9 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envbridge::crd::{Environment, EnvironmentSpec, Task, TaskStatus, TaskTemplate};
+use envbridge::launch::client::observed;
 use envbridge::operator::names::{task_annotations, task_labels};
 use envbridge::operator::pod::{PodSettings, build_pod};
-use envbridge::operator::requests::{RequestCount, counting_client};
+use envbridge::operator::requests::RequestCount;
 use envbridge::operator::service::build_service;
 use envbridge::operator::task_sets::build_task;
 use envbridge::plan::TaskRef;
@@ -64,7 +65,7 @@ async fn run() -> Res {
     let refs = task_refs("bf", nodes, per_node);
     let count = Arc::new(RequestCount::default());
     let kc = kube::config::Kubeconfig::read_from(&info.kubeconfig)?;
-    let counted = counting_client(
+    let counted = observed(
         Config::from_custom_kubeconfig(kc, &Default::default()).await?,
         count.clone(),
     )?;

@@ -5,7 +5,6 @@
 
 pub mod audit;
 pub mod caller;
-pub mod client;
 pub mod config;
 pub mod config_map_store;
 pub mod config_store;

@@ -344,7 +344,7 @@ async fn serve(s: Settings) -> Result<(), String> {
         .await
         .map_err(|e| format!("kubernetes client config: {e}"))?;
     let metrics = Metrics::new();
-    let client = envbridge::bridge::client::counted(
+    let client = envbridge::launch::client::counted(
         config,
         metrics.apiserver_requests.clone(),
         metrics.apiserver_throttled.clone(),

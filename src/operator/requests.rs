@@ -2,13 +2,10 @@
 //! shutdown; the benchmark reads it).
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
-use kube::client::ClientBuilder;
-use kube::{Client, Config};
-
-/// Requests sent through clients built with [`counting_client`].
+/// Requests sent through a client built with `launch::client::observed`.
 #[derive(Debug, Default)]
 pub struct RequestCount {
     /// GET requests (gets, lists, watches).
@@ -88,13 +85,13 @@ pub fn classify(method: &http::Method, path: &str, query: Option<&str>) -> Strin
     format!("{verb} {resource}")
 }
 
-/// A client whose every request (watches and lists included) is counted in `count`.
-pub fn counting_client(config: Config, count: Arc<RequestCount>) -> Result<Client, kube::Error> {
-    let layer = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
-        count.record(req.method(), req.uri().path(), req.uri().query());
-        req
-    });
-    Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())
+/// Every request (watches and lists included) is counted; throttled answers are retried
+/// and show in the requests' times, not here.
+impl crate::launch::client::Observe for RequestCount {
+    fn sent(&self, method: &http::Method, path: &str, query: Option<&str>) {
+        self.record(method, path, query);
+    }
+    fn throttled(&self) {}
 }
 
 #[cfg(test)]

@@ -411,8 +411,7 @@ pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
             .await
             .map_err(|e| Error::Config(e.to_string()))?;
         let count = Arc::new(super::requests::RequestCount::default());
-        let client =
-            super::requests::counting_client(config, count.clone()).map_err(Error::Client)?;
+        let client = launch::client::observed(config, count.clone()).map_err(Error::Client)?;
         let shutdown = CancellationToken::new();
         let s = shutdown.clone();
         tokio::spawn(async move {

@@ -397,7 +397,7 @@ pub async fn create_namespace(client: &Client, prefix: &str) -> String {
     name
 }
 
-/// The client the daemon binary builds (`bridge::client::counted`: kube's stack, the retry
+/// The client the daemon binary builds (`launch::client::counted`: kube's stack, the retry
 /// of throttled requests, the counters), from a kubeconfig; acting as `user`
 /// (impersonation) when given. Also its count of 429 answers.
 pub async fn daemon_client(
@@ -410,7 +410,7 @@ pub async fn daemon_client(
         .expect("config");
     cfg.auth_info.impersonate = user.map(String::from);
     let throttled = prometheus_client::metrics::counter::Counter::default();
-    let client = envbridge::bridge::client::counted(cfg, Default::default(), throttled.clone())
+    let client = envbridge::launch::client::counted(cfg, Default::default(), throttled.clone())
         .expect("client");
     (client, throttled)
 }

@@ -1,12 +1,13 @@
-//! The daemon's apiserver client: kube's default stack with its retry moved outwards (to count
-//! what it retries) plus a layer that counts requests for metrics. The retry is kube-client 5's
-//! `RetryPolicy::server_retry`: a request answered 429 (and 503/504) is re-sent up to 15
-//! times, after the longer of the server's Retry-After and an exponential backoff (5 ms
-//! doubling). API Priority and Fairness always sends
-//! Retry-After with its 429s; the integration test
-//! `apiserver_throttling_is_retried_not_turned_into_a_failure` has the real apiserver reject
-//! the daemon's requests and checks that the operation still succeeds.
+//! The apiserver client every envbridge process builds: kube's default stack with its retry
+//! moved outwards, so that the throttled answers it absorbs can be counted, and an [`Observe`]r
+//! that sees every request (the daemon's metrics, the operator's per-kind counts). The retry is
+//! kube-client 5's `RetryPolicy::server_retry`: a request answered 429 (and 503/504) is re-sent
+//! up to 15 times, after the longer of the server's Retry-After and an exponential backoff
+//! (5 ms doubling). API Priority and Fairness always sends Retry-After with its 429s; the
+//! integration test `apiserver_throttling_is_retried_not_turned_into_a_failure` has the real
+//! apiserver reject the daemon's requests and checks that the operation still succeeds.
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response, StatusCode};
@@ -17,29 +18,53 @@ use tower::BoxError;
 use tower::buffer::BufferLayer;
 use tower::retry::{Policy, RetryLayer};
 
-/// Counts every request sent through it.
-#[derive(Clone)]
-pub struct CountLayer(pub Counter);
-
-#[derive(Clone)]
-pub struct Count<S> {
-    inner: S,
-    n: Counter,
+/// What a process learns of its apiserver traffic.
+pub trait Observe: Send + Sync + 'static {
+    /// One request about to be sent (once, however often the retry re-sends it).
+    fn sent(&self, method: &http::Method, path: &str, query: Option<&str>);
+    /// One 429 answer, about to be retried.
+    fn throttled(&self);
 }
 
-impl<S> tower::Layer<S> for CountLayer {
-    type Service = Count<S>;
-    fn layer(&self, inner: S) -> Count<S> {
-        Count {
+/// Two Prometheus counters: requests sent and throttled answers (the daemon's metrics).
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    pub requests: Counter,
+    pub throttled: Counter,
+}
+
+impl Observe for Counters {
+    fn sent(&self, _: &http::Method, _: &str, _: Option<&str>) {
+        self.requests.inc();
+    }
+    fn throttled(&self) {
+        self.throttled.inc();
+    }
+}
+
+/// Shows every request passing through it to the observer.
+#[derive(Clone)]
+struct ObserveLayer(Arc<dyn Observe>);
+
+#[derive(Clone)]
+struct Observed<S> {
+    inner: S,
+    observer: Arc<dyn Observe>,
+}
+
+impl<S> tower::Layer<S> for ObserveLayer {
+    type Service = Observed<S>;
+    fn layer(&self, inner: S) -> Observed<S> {
+        Observed {
             inner,
-            n: self.0.clone(),
+            observer: self.0.clone(),
         }
     }
 }
 
-impl<S, R> tower::Service<R> for Count<S>
+impl<S, B> tower::Service<Request<B>> for Observed<S>
 where
-    S: tower::Service<R>,
+    S: tower::Service<Request<B>>,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -47,30 +72,31 @@ where
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
-    fn call(&mut self, req: R) -> Self::Future {
-        self.n.inc();
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        self.observer
+            .sent(req.method(), req.uri().path(), req.uri().query());
         self.inner.call(req)
     }
 }
 
-/// kube's retry policy (the one its default stack uses), counting the 429 answers it retries:
-/// kube's own layer sits where no outer layer sees them.
+/// kube's retry policy (the one its default stack uses), telling the observer of the 429
+/// answers it retries: kube's own layer sits where no outer layer sees them.
 #[derive(Clone)]
-pub struct CountThrottled {
+struct SeeThrottled {
     inner: RetryPolicy,
-    throttled: Counter,
+    observer: Arc<dyn Observe>,
 }
 
-impl CountThrottled {
-    pub fn new(throttled: Counter) -> Self {
-        CountThrottled {
+impl SeeThrottled {
+    fn new(observer: Arc<dyn Observe>) -> Self {
+        SeeThrottled {
             inner: RetryPolicy::server_retry(),
-            throttled,
+            observer,
         }
     }
 }
 
-impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for CountThrottled {
+impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for SeeThrottled {
     type Future = <RetryPolicy as Policy<Request<Body>, Response<Res>, BoxError>>::Future;
 
     fn retry(
@@ -81,7 +107,7 @@ impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for CountThrottled {
         if let Ok(res) = result
             && res.status() == StatusCode::TOO_MANY_REQUESTS
         {
-            self.throttled.inc();
+            self.observer.throttled();
         }
         self.inner.retry(req, result)
     }
@@ -91,23 +117,37 @@ impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for CountThrottled {
     }
 }
 
-/// A client from `config` whose requests are counted in `requests` and whose throttled
-/// answers (429, then retried) in `throttled`.
-pub fn counted(
+/// A client from `config` whose requests and throttled answers (429, then retried) the
+/// observer sees.
+pub fn observed(
     mut config: kube::Config,
-    requests: Counter,
-    throttled: Counter,
+    observer: Arc<dyn Observe>,
 ) -> Result<kube::Client, kube::Error> {
     // The same retry as kube's default (throttling is honoured, Retry-After, never turned
-    // into a failure), moved out here so that the 429s it absorbs are counted. Retry needs a
+    // into a failure), moved out here so that the 429s it absorbs are seen. Retry needs a
     // clonable service: a buffer in front of the boxed stack.
     config.default_retry = false;
     let builder = ClientBuilder::try_from(config)?;
     Ok(builder
         .with_layer(&BufferLayer::new(1024))
-        .with_layer(&RetryLayer::new(CountThrottled::new(throttled)))
-        .with_layer(&CountLayer(requests))
+        .with_layer(&RetryLayer::new(SeeThrottled::new(observer.clone())))
+        .with_layer(&ObserveLayer(observer))
         .build())
+}
+
+/// [`observed`] by two counters: requests sent, throttled answers.
+pub fn counted(
+    config: kube::Config,
+    requests: Counter,
+    throttled: Counter,
+) -> Result<kube::Client, kube::Error> {
+    observed(
+        config,
+        Arc::new(Counters {
+            requests,
+            throttled,
+        }),
+    )
 }
 
 #[cfg(test)]
@@ -124,8 +164,9 @@ mod tests {
 
     #[tokio::test]
     async fn throttled_answers_are_counted_and_retried_after_retry_after() {
-        let throttled = Counter::default();
-        let mut policy = CountThrottled::new(throttled.clone());
+        let counters = Counters::default();
+        let throttled = counters.throttled.clone();
+        let mut policy = SeeThrottled::new(Arc::new(counters));
         let mut req = Request::get("/api").body(Body::empty()).expect("request");
         assert!(
             Policy::<_, Response<()>, BoxError>::clone_request(&mut policy, &req).is_some(),
