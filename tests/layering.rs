@@ -207,3 +207,79 @@ fn the_checks_see_a_circle_and_an_import() {
     );
     assert_eq!(seen, known);
 }
+
+/// The sibling files of `dir` that a piece of code names through `super::` or
+/// `crate::<module>::` (also inside `{...}` groups).
+fn sibling_imports(code: &str, module: &str, known: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let qualified = format!("crate::{module}::");
+    for prefix in ["super::", qualified.as_str()] {
+        for (i, _) in code.match_indices(prefix) {
+            let before = code[..i].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue; // `super::super::`, `foo_super::`
+            }
+            let rest = &code[i + prefix.len()..];
+            let heads: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
+                group[..group.find('}').unwrap_or(group.len())]
+                    .split(',')
+                    .map(|p| p.trim().split("::").next().unwrap_or("").trim())
+                    .collect()
+            } else {
+                let end = rest
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                vec![&rest[..end]]
+            };
+            out.extend(
+                heads
+                    .into_iter()
+                    .filter(|h| known.contains(*h))
+                    .map(str::to_string),
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn the_operators_files_do_not_import_each_other_around_a_circle() {
+    // kube-rs/controller-rs's shape: the runtime builds the one context and runs the
+    // controllers; the controllers read the context and never the runtime.
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        sibling_imports(
+            "use super::{runtime::Ctx, pod};\nlet x = crate::operator::hooks::gate();\nsuper::super::y",
+            "operator",
+            &names(&["runtime", "pod", "hooks", "y"]),
+        ),
+        names(&["runtime", "pod", "hooks"]),
+        "the reader of sibling imports"
+    );
+    let dir = src().join("operator");
+    let files: BTreeMap<String, PathBuf> = files(&dir)
+        .into_iter()
+        .filter(|f| f.parent() == Some(dir.as_path()))
+        .filter_map(|f| Some((f.file_stem()?.to_str()?.to_string(), f.clone())))
+        .filter(|(stem, _)| stem != "mod")
+        .collect();
+    let known: BTreeSet<String> = files.keys().cloned().collect();
+    let g: BTreeMap<String, BTreeSet<String>> = files
+        .iter()
+        .map(|(stem, f)| {
+            // A file's unit tests may use anything: only what precedes them counts.
+            let code = code(f);
+            let code = code.split("#[cfg(test)]").next().unwrap_or("");
+            let mut deps = sibling_imports(code, "operator", &known);
+            deps.remove(stem);
+            (stem.clone(), deps)
+        })
+        .collect();
+    if let Some(c) = circle(&g) {
+        panic!("operator files import each other: {}", c.join(" -> "));
+    }
+    assert!(
+        g["runtime"].contains("env_controller") && g["env_controller"].contains("context"),
+        "the reader sees real imports: {g:#?}"
+    );
+}

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use super::aggregate::aggregate;
-use super::runtime::Ctx;
+use super::context::Ctx;
 use super::task_sets::{
     ENV_FINALIZER, SetProblem, TaskWrites, build_task, collect_tasks, task_writes,
 };

@@ -9,6 +9,7 @@ pub mod args;
 pub mod bounded;
 pub mod calls;
 pub mod config;
+pub mod context;
 pub mod control_api;
 pub mod env_controller;
 pub mod hooks;

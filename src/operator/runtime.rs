@@ -17,43 +17,11 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::pod::PodSettings;
+use super::context::Ctx;
 use super::trim;
 use super::{Error, OperatorArgs, Result, env_controller, task_controller};
 use crate::crd::{Environment, Task, TaskSet, TaskTemplate, labels};
 use crate::launch::{self, logging::LogFormat};
-
-/// Everything a reconcile reads: stores fed by watches (never a GET per reconcile).
-pub struct Ctx {
-    pub client: Client,
-    pub args: OperatorArgs,
-    pub pod_settings: PodSettings,
-    pub tasks: Store<Task>,
-    /// The Task store's names by environment (fed by the same watch).
-    pub task_index: Arc<super::task_index::TaskIndex>,
-    pub pods: Store<Pod>,
-    pub services: Store<Service>,
-    pub nodes: Store<Node>,
-    pub templates: Store<TaskTemplate>,
-    pub task_sets: Store<TaskSet>,
-    pub recorder: Recorder,
-    /// Tasks whose process state was read since this operator started (re-attach check).
-    pub verified: DashSet<String>,
-    /// Task uid -> the status written with this operator's last answer to a transition
-    /// (read while the store lags behind that write; see `task_controller::answered`).
-    pub answered: DashMap<String, crate::crd::TaskStatus>,
-    /// TaskSet uid -> (resourceVersion, content hash): TaskSets are immutable, hash each once.
-    pub set_hashes: DashMap<String, (String, String)>,
-    /// (what, task uid) -> when this operator created (or deleted) the task's Pod or
-    /// Service, until its store shows it: a reconcile in between (store lag) does not send
-    /// the same request again.
-    pub requested: DashMap<(&'static str, String), std::time::Instant>,
-    /// Integration calls in flight and their outcomes.
-    pub calls: Arc<super::calls::Calls>,
-    /// Live task state between transitions (followers of the task processes).
-    pub live: Arc<super::live::Live>,
-    listed: tokio::sync::watch::Receiver<bool>,
-}
 
 fn scoped<K>(client: &Client, ns: Option<&str>) -> Api<K>
 where
@@ -151,23 +119,6 @@ where
         let _ = store.wait_until_ready().await;
     }
     .boxed()
-}
-
-impl Ctx {
-    /// The stored Tasks of Environment `env` in `namespace` (by the index, no scan).
-    pub fn tasks_of(&self, namespace: &str, env: &str) -> Vec<Arc<Task>> {
-        self.task_index
-            .names(namespace, env)
-            .iter()
-            .filter_map(|n| self.tasks.get(&ObjectRef::new(n).within(namespace)))
-            .collect()
-    }
-
-    /// Reconciles wait here until every watch has listed (no decision on a partial view).
-    pub async fn listed(&self) {
-        let mut rx = self.listed.clone();
-        let _ = rx.wait_for(|ready| *ready).await;
-    }
 }
 
 /// Runs both controllers until `shutdown` fires (no leader election: callers that need it use [`run`]).

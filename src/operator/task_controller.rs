@@ -14,6 +14,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use super::context::Ctx;
 use super::control_api::{self, TaskEndpoint};
 use super::env_controller::set_condition;
 use super::hooks;
@@ -23,7 +24,6 @@ use super::nodes::resolve;
 use super::pod::build_pod;
 use super::pod_status::{PodView, observe};
 use super::pod_story;
-use super::runtime::Ctx;
 use super::service::{build_service, service_matches};
 use super::task_sets::TASK_FINALIZER;
 use super::task_step::{self, Next, PodSeen, Seen};
