@@ -15,7 +15,7 @@ use envbridge::dev::process;
 use envbridge::server::pb;
 use serde_json::json;
 
-use super::env::{Client, connect_to};
+use super::env_connect::{Client, connect_to};
 
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {

@@ -2,7 +2,7 @@
 //! everything kept up until Ctrl-C, so that a person can look at it on the dashboard.
 
 use super::demo::{create, destroy, say, step, transition};
-use super::env::Client;
+use super::env_connect::Client;
 
 /// The dashboard's address and where its login token is (never the token itself).
 pub fn announce(http_port: u16, token_file: &std::path::Path) {

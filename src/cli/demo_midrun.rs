@@ -8,7 +8,7 @@ use envbridge::server::pb;
 use futures::StreamExt;
 
 use super::demo::{Kubectl, create, destroy, say, step, transition};
-use super::env::Client;
+use super::env_connect::Client;
 
 /// How long the simulator runs before failing by itself.
 const FAIL_AFTER: &str = "RUNNING=2s";

@@ -11,6 +11,8 @@ mod demo;
 mod demo_hold;
 mod demo_midrun;
 mod env;
+mod env_connect;
+mod env_print;
 mod logs;
 mod render;
 mod task;
