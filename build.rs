@@ -33,7 +33,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             out.join("envbridge_descriptor.bin"),
             compiler.encode_file_descriptor_set(),
         )?;
-        tonic_prost_build::configure().compile_fds(fds)?;
+        // A failure is also what the dashboard's JSON shows: one shape for both.
+        tonic_prost_build::configure()
+            .message_attribute(".envbridge.v1.Failure", "#[derive(serde::Serialize)]")
+            .compile_fds(fds)?;
     }
     Ok(())
 }

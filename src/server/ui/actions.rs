@@ -82,27 +82,6 @@ pub struct TransitionForm {
 }
 
 #[derive(Serialize)]
-struct FailureView {
-    task: String,
-    node: String,
-    path: String,
-    critical: bool,
-    message: String,
-}
-
-fn failures(f: Vec<pb::Failure>) -> Vec<FailureView> {
-    f.into_iter()
-        .map(|f| FailureView {
-            task: f.task,
-            node: f.node,
-            path: f.path,
-            critical: f.critical,
-            message: f.message,
-        })
-        .collect()
-}
-
-#[derive(Serialize)]
 struct TransitionDone {
     ok: bool,
     event: String,
@@ -110,8 +89,8 @@ struct TransitionDone {
     outcome: String,
     message: String,
     elapsed_ms: u64,
-    failures: Vec<FailureView>,
-    warnings: Vec<FailureView>,
+    failures: Vec<pb::Failure>,
+    warnings: Vec<pb::Failure>,
 }
 
 /// A transition, awaited (the page shows its progress from the live feed meanwhile). START
@@ -160,8 +139,8 @@ pub async fn transition(
         outcome: r.outcome,
         message: r.message,
         elapsed_ms: r.elapsed_ms,
-        failures: failures(r.failures),
-        warnings: failures(r.warnings),
+        failures: r.failures,
+        warnings: r.warnings,
     })
     .into_response())
 }

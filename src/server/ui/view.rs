@@ -4,7 +4,8 @@
 use serde::Serialize;
 
 use crate::roster::{EnvRecord, Roster, TaskRecord};
-use crate::server::convert::millis;
+use crate::server::convert::{self, millis};
+use crate::server::pb;
 
 /// One environment, as the list and the environment's header show it.
 #[derive(Serialize)]
@@ -22,22 +23,13 @@ pub struct EnvView {
     /// Tasks in the desired state.
     pub ready: u32,
     pub counts: std::collections::BTreeMap<String, u32>,
-    pub failing: Vec<FailingView>,
+    pub failing: Vec<pb::Failure>,
     pub run_number: Option<String>,
     pub requested: Option<String>,
     pub observed: Option<ObservedView>,
     pub deleting: bool,
     pub created_ms: i64,
     pub changed_ms: i64,
-}
-
-#[derive(Serialize)]
-pub struct FailingView {
-    pub task: String,
-    pub node: String,
-    pub path: String,
-    pub critical: bool,
-    pub message: String,
 }
 
 #[derive(Serialize)]
@@ -65,17 +57,7 @@ pub fn env(r: &Roster, e: &EnvRecord) -> EnvView {
             .into_iter()
             .map(|(s, n)| (s.to_string(), n))
             .collect(),
-        failing: e
-            .failing
-            .iter()
-            .map(|f| FailingView {
-                task: f.task.to_string(),
-                node: f.node.to_string(),
-                path: f.path.to_string(),
-                critical: f.critical,
-                message: f.message.to_string(),
-            })
-            .collect(),
+        failing: e.failing.iter().map(convert::failure).collect(),
         run_number: e.run_number.as_deref().map(str::to_string),
         requested: e.requested.as_ref().map(|(_, ev)| ev.to_string()),
         observed: e.observed.as_ref().map(|o| ObservedView {
