@@ -9,7 +9,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use super::{Ui, UiError, live};
+use super::{Ui, UiError, live, slots};
 use crate::crd::Task;
 
 /// At most this many workflows in the form's list.
@@ -37,11 +37,10 @@ pub async fn events(
         ));
     }
     let env = q.env.filter(|e| !e.is_empty());
-    let slot = ui
-        .streams
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| UiError::Busy(live::MAX_STREAMS))?;
+    let slot = ui.streams.take(&session).map_err(|full| match full {
+        slots::Full::All(n) => UiError::Busy(n),
+        slots::Full::Session(n) => UiError::SessionBusy(n),
+    })?;
     Ok(live::stream(ui.clone(), session, env, slot).into_response())
 }
 

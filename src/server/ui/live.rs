@@ -3,7 +3,7 @@
 //! Each connection gets a `snapshot` first (so a reconnect resumes from the truth), then
 //! `update`s that batch the changes of up to [`BATCH_WINDOW`]. A client too slow for the
 //! roster's broadcast lags on its own receiver (it never holds up others) and gets a fresh
-//! snapshot. Connections are bounded ([`MAX_STREAMS`]); a stream ends when its session does.
+//! snapshot. Connections are bounded (slots.rs); a stream ends when its session does.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -12,15 +12,13 @@ use std::time::Duration;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::Stream;
 use serde::Serialize;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use super::Ui;
+use super::slots::Slot;
 use super::view::{self, EnvView, TaskView};
 use crate::roster::{Change, EnvKey};
 
-/// Live streams at once, over all sessions.
-pub const MAX_STREAMS: usize = 256;
 /// Changes that arrive this close together go out as one update.
 const BATCH_WINDOW: Duration = Duration::from_millis(60);
 /// At most this many changes per update.
@@ -54,7 +52,7 @@ struct Feed {
     done: bool,
     /// Session and leader checks, on their own clock (not reset by roster changes).
     check: tokio::time::Interval,
-    _slot: OwnedSemaphorePermit,
+    _slot: Slot,
 }
 
 impl Feed {
@@ -206,7 +204,7 @@ pub fn stream(
     ui: Arc<Ui>,
     session: String,
     env: Option<String>,
-    slot: OwnedSemaphorePermit,
+    slot: Slot,
 ) -> Sse<impl Stream<Item = Result<SseEvent, std::convert::Infallible>>> {
     let feed = Feed {
         rx: ui.bridge.roster.subscribe(),

@@ -11,6 +11,7 @@ mod data;
 mod live;
 mod pages;
 pub mod session;
+mod slots;
 mod view;
 
 use std::net::SocketAddr;
@@ -37,7 +38,7 @@ pub struct Ui {
     /// None: `--insecure-no-auth` (loopback only): any token logs in as the admin.
     tokens: Option<Arc<Tokens>>,
     sessions: session::Sessions,
-    streams: Arc<tokio::sync::Semaphore>,
+    streams: slots::Slots,
     /// Cookies carry `Secure` (the page is served over TLS).
     secure: bool,
 }
@@ -50,6 +51,8 @@ pub enum UiError {
     CrossSite,
     #[error("too many live connections ({0}); close a dashboard tab")]
     Busy(usize),
+    #[error("this session has {0} live connections already; close a dashboard tab")]
+    SessionBusy(usize),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -70,6 +73,7 @@ impl IntoResponse for UiError {
             UiError::NoSession => StatusCode::UNAUTHORIZED,
             UiError::CrossSite => StatusCode::FORBIDDEN,
             UiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            UiError::SessionBusy(_) => StatusCode::TOO_MANY_REQUESTS,
             UiError::NotFound(_) => StatusCode::NOT_FOUND,
             UiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             UiError::Kube(_) => StatusCode::BAD_GATEWAY,
@@ -142,7 +146,7 @@ pub fn router(bridge: Arc<Bridge>, tokens: Option<Arc<Tokens>>, http: SocketAddr
         bridge,
         tokens,
         sessions: session::Sessions::default(),
-        streams: Arc::new(tokio::sync::Semaphore::new(live::MAX_STREAMS)),
+        streams: slots::Slots::default(),
         secure: false,
     });
     Router::new()
