@@ -114,6 +114,8 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
             DeployCalls::Pending => return Ok(Action::requeue(Duration::from_millis(200))),
             DeployCalls::Failed(failing) => {
                 status.state = Some(State::Error);
+                let critical = failing.iter().filter(|f| f.critical).count() as u32;
+                status.failing_critical = (critical > 0).then_some(critical);
                 status.failing_tasks = failing;
                 write_status(ctx, api, &env, &old, status).await?;
                 return Ok(Action::await_change());
@@ -154,34 +156,8 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
             })
             .collect();
         let mine_now: Vec<&Task> = stored.iter().map(|t| t.as_ref()).collect();
-        let TaskWrites {
-            apply: writes,
-            delete: stale,
-        } = task_writes(wanted, &mine_now, created_before);
-        let total = writes.len();
-        let task_api: Api<Task> = Api::namespaced(ctx.client.clone(), &ns);
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
-        stream::iter(writes)
-            .map(|t| {
-                let api = task_api.clone();
-                let pp = pp.clone();
-                let ns = ns.clone();
-                async move {
-                    let tname = t.name_any();
-                    api.patch(&tname, &pp, &Patch::Apply(&t))
-                        .await
-                        .map_err(|e| Error::kube("apply", "Task", &ns, &tname, e))
-                }
-            })
-            .buffer_unordered(ctx.args.apply_concurrency.max(1))
-            .try_for_each(|_| async { Ok(()) })
-            .await?;
-        for t in &stale {
-            delete_ignore_missing(&task_api, t, "Task", &ns).await?;
-        }
-        if total > 0 || !stale.is_empty() {
-            info!(env = %name, namespace = %ns, applied = total, deleted = stale.len(), "tasks written");
-        }
+        let writes = task_writes(wanted, &mine_now, created_before);
+        write_tasks(ctx, &ns, &name, writes).await?;
         let msg = format!("{} tasks created from TaskSets {digest}", refs.len());
         set_condition(
             &mut status.conditions,
@@ -194,7 +170,28 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
         status.observed_generation = generation;
     }
 
-    let tasks = own();
+    summarize(ctx, &env, &refs, &own(), has_hooks, &mut status);
+    publish_changes(ctx, &env, &old, &status).await;
+    write_status(ctx, api, &env, &old, status).await?;
+    // A call in flight ends without any watch event: look again soon.
+    if let Some(req) = &env.spec.transition
+        && ctx.calls.any_running(&env_uid, &req.id)
+    {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// The environment's status from its Tasks as stored (the operator's aggregation, the one
+/// owner of a transition's outcome) and its deployment calls.
+fn summarize(
+    ctx: &Ctx,
+    env: &Environment,
+    refs: &[TaskRef],
+    tasks: &[Arc<Task>],
+    has_hooks: bool,
+    status: &mut EnvironmentStatus,
+) {
     let task_refs: Vec<&Task> = tasks.iter().map(|t| t.as_ref()).collect();
     // Every referenced task counts: one not (yet) in the store is DEPLOYING, so a lagging
     // store never makes the environment look complete early.
@@ -216,9 +213,9 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
     // Once deployed (every task STANDBY, no transition asked yet): the calls after it; and
     // whatever a deployment call said (a critical failure makes the environment ERROR).
     if env.spec.transition.is_none() && agg.state == State::Standby {
-        let _ = deploy_calls(ctx, &env, calls::DeployStep::After);
+        let _ = deploy_calls(ctx, env, calls::DeployStep::After);
     }
-    let failed_calls = deploy_failures(ctx, &env);
+    let failed_calls = deploy_failures(ctx, env);
     let critical_calls = failed_calls.iter().filter(|f| f.critical).count();
     if critical_calls > 0 {
         status.state = Some(State::Error);
@@ -228,20 +225,43 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
     status.failing_tasks.extend(failed_calls);
     status.transition = match &env.spec.transition {
         Some(req) if has_hooks => {
-            let (gate, _, _) = hook_gate(ctx, &env, req, &refs, &tasks);
+            let (gate, _, _) = hook_gate(ctx, env, req, refs, tasks);
             Some(hook_transition_status(req, &gate.outcome))
         }
         _ => agg.transition,
     };
-    publish_changes(ctx, &env, &old, &status).await;
-    write_status(ctx, api, &env, &old, status).await?;
-    // A call in flight ends without any watch event: look again soon.
-    if let Some(req) = &env.spec.transition
-        && ctx.calls.any_running(&env_uid, &req.id)
-    {
-        return Ok(Action::requeue(Duration::from_millis(200)));
+}
+
+/// Writes (server-side apply, a few at once) and deletes what `task_writes` decided.
+async fn write_tasks(ctx: &Ctx, ns: &str, env: &str, writes: TaskWrites) -> Result<()> {
+    let TaskWrites {
+        apply: writes,
+        delete: stale,
+    } = writes;
+    let total = writes.len();
+    let task_api: Api<Task> = Api::namespaced(ctx.client.clone(), ns);
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    stream::iter(writes)
+        .map(|t| {
+            let api = task_api.clone();
+            let pp = pp.clone();
+            async move {
+                let tname = t.name_any();
+                api.patch(&tname, &pp, &Patch::Apply(&t))
+                    .await
+                    .map_err(|e| Error::kube("apply", "Task", ns, &tname, e))
+            }
+        })
+        .buffer_unordered(ctx.args.apply_concurrency.max(1))
+        .try_for_each(|_| async { Ok(()) })
+        .await?;
+    for t in &stale {
+        delete_ignore_missing(&task_api, t, "Task", ns).await?;
     }
-    Ok(Action::requeue(Duration::from_secs(300)))
+    if total > 0 || !stale.is_empty() {
+        info!(env = %env, namespace = %ns, applied = total, deleted = stale.len(), "tasks written");
+    }
+    Ok(())
 }
 
 /// The hook gate of transition `req` from the environment's Tasks as stored and its calls
