@@ -128,28 +128,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
     let tref = &task.spec.task;
     step.write_status = true;
     let task_uid = task.uid().unwrap_or_default();
-    let pod = ctx.pods.get(&ObjectRef::new(&name).within(&ns));
-    let pod_seen = match &pod {
-        None => PodSeen::None,
-        Some(p) if !p.owner_references().iter().any(|o| o.uid == task_uid) => PodSeen::Foreign {
-            deleting: p.metadata.deletion_timestamp.is_some(),
-        },
-        Some(p) if p.metadata.deletion_timestamp.is_some() => PodSeen::Deleting,
-        Some(p) => PodSeen::Present {
-            view: observe(p),
-            age: pod_age(p),
-        },
-    };
-    let seen = Seen {
-        mode: tref.control_mode,
-        state: st.state,
-        ended: ended(st),
-        recover: recover_pending(task, st),
-        pod: pod_seen,
-        awaiting_pod: awaiting_store(ctx, POD, &task_uid),
-        has_status: task.status.is_some(),
-        startup_limit: Duration::from_secs(u64::from(ctx.args.startup_timeout_seconds)),
-    };
+    let (seen, pod) = observe_task(task, ctx, st, &task_uid);
     let labels = task_labels(&task.spec.environment, tref);
     let pod_api = || Api::<Pod>::namespaced(ctx.client.clone(), &ns);
     let decided = task_step::next(&seen);
@@ -221,9 +200,29 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         (_, Some(pod)) => pod,
         (_, None) => return Ok(()), // every pod-less answer is handled above
     };
-    // A live pod of ours.
+    live_pod(task, ctx, st, step, decided, &seen, pod, &labels).await
+}
+
+/// What `decided` asks of a Task whose pod (of ours) is there: its Service, its process's
+/// end or its control.
+#[allow(clippy::too_many_arguments)]
+async fn live_pod(
+    task: &Task,
+    ctx: &Ctx,
+    st: &mut TaskStatus,
+    step: &mut Step,
+    decided: Next,
+    seen: &Seen,
+    pod: Arc<Pod>,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<()> {
+    let ns = task.namespace().unwrap_or_default();
+    let name = task.name_any();
+    let tref = &task.spec.task;
+    let task_uid = task.uid().unwrap_or_default();
+    let pod_api = || Api::<Pod>::namespaced(ctx.client.clone(), &ns);
     ctx.requested.remove(&(POD, task_uid.clone()));
-    ensure_service(task, ctx, &labels).await?;
+    ensure_service(task, ctx, labels).await?;
     let PodSeen::Present { view, .. } = &seen.pod else {
         return Ok(());
     };
@@ -293,6 +292,39 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         _ => {}
     }
     Ok(())
+}
+
+/// What a Task reconcile observes: the Task's own status and its pod as the store holds it.
+fn observe_task(
+    task: &Task,
+    ctx: &Ctx,
+    st: &TaskStatus,
+    task_uid: &str,
+) -> (Seen, Option<Arc<Pod>>) {
+    let ns = task.namespace().unwrap_or_default();
+    let pod = ctx.pods.get(&ObjectRef::new(&task.name_any()).within(&ns));
+    let pod_seen = match &pod {
+        None => PodSeen::None,
+        Some(p) if !p.owner_references().iter().any(|o| o.uid == task_uid) => PodSeen::Foreign {
+            deleting: p.metadata.deletion_timestamp.is_some(),
+        },
+        Some(p) if p.metadata.deletion_timestamp.is_some() => PodSeen::Deleting,
+        Some(p) => PodSeen::Present {
+            view: observe(p),
+            age: pod_age(p),
+        },
+    };
+    let seen = Seen {
+        mode: task.spec.task.control_mode,
+        state: st.state,
+        ended: ended(st),
+        recover: recover_pending(task, st),
+        pod: pod_seen,
+        awaiting_pod: awaiting_store(ctx, POD, task_uid),
+        has_status: task.status.is_some(),
+        startup_limit: Duration::from_secs(u64::from(ctx.args.startup_timeout_seconds)),
+    };
+    (seen, pod)
 }
 
 /// The process failed: once, its story (last log lines, the pod's Warning events) into the
