@@ -1,11 +1,10 @@
 //! The page's live feed: server-sent events fed by the roster's change stream.
 //!
-//! Each connection gets a `snapshot` first (so a reconnect resumes from the truth), then
-//! `update`s that batch the changes of up to [`BATCH_WINDOW`]. A client too slow for the
-//! roster's broadcast lags on its own receiver (it never holds up others) and gets a fresh
+//! Each connection gets a `snapshot` first (so a reconnect resumes from the truth), then an
+//! `update` per batch of the shared producer (feed.rs) that concerns its page. A client too
+//! slow for the producer lags on its own receiver (it never holds up others) and gets a fresh
 //! snapshot. Connections are bounded (slots.rs); a stream ends when its session does.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,14 +14,11 @@ use serde::Serialize;
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use super::Ui;
+use super::feed::Batch;
 use super::slots::Slot;
 use super::view::{self, EnvView, TaskView};
-use crate::roster::{Change, EnvKey};
+use crate::roster::EnvKey;
 
-/// Changes that arrive this close together go out as one update.
-const BATCH_WINDOW: Duration = Duration::from_millis(60);
-/// At most this many changes per update.
-const BATCH_MAX: usize = 4096;
 /// How soon a browser reconnects after losing the stream.
 const RECONNECT: Duration = Duration::from_secs(1);
 /// How often the stream re-checks the session and the leader flag (not roster data).
@@ -32,11 +28,11 @@ const CHECK_EVERY: Duration = Duration::from_secs(2);
 struct Message {
     leader: bool,
     /// Environments (whole list in a snapshot; changed ones in an update).
-    envs: Vec<EnvView>,
+    envs: Vec<Arc<EnvView>>,
     /// Keys of environments gone.
     envs_gone: Vec<String>,
     /// Tasks of the watched environment (all in a snapshot; changed ones in an update).
-    tasks: Vec<TaskView>,
+    tasks: Vec<Arc<TaskView>>,
     tasks_gone: Vec<String>,
 }
 
@@ -46,7 +42,7 @@ struct Feed {
     /// The environment page's environment id (None: the list, without tasks), and its key
     /// once the roster holds it (a page opened right after a create may come first).
     page: Option<(String, Option<EnvKey>)>,
-    rx: broadcast::Receiver<Change>,
+    rx: broadcast::Receiver<Arc<Batch>>,
     snapshot_due: bool,
     leader: bool,
     done: bool,
@@ -68,14 +64,18 @@ impl Feed {
                     *key = self.ui.bridge.resolve(id).ok().map(|e| e.key.clone());
                 }
                 match key.as_ref().and_then(|k| r.env(k)) {
-                    Some(e) => m.envs.push(view::env(r, &e)),
+                    Some(e) => m.envs.push(Arc::new(view::env(r, &e))),
                     None => m.envs_gone.push(id.clone()),
                 }
                 if let Some(k) = key {
-                    m.tasks = r.tasks_of(k).iter().map(|t| view::task(t)).collect();
+                    m.tasks = r
+                        .tasks_of(k)
+                        .iter()
+                        .map(|t| Arc::new(view::task(t)))
+                        .collect();
                 }
             }
-            None => m.envs = r.envs().iter().map(|e| view::env(r, e)).collect(),
+            None => m.envs = r.envs().iter().map(|e| Arc::new(view::env(r, e))).collect(),
         }
         // After a lost connection the browser comes back within a second.
         json_event("snapshot", &m).retry(RECONNECT)
@@ -86,67 +86,42 @@ impl Feed {
         self.page.as_ref().and_then(|(_, k)| k.as_ref())
     }
 
-    /// Folds a batch of changes into one update (None when none concerns this page).
-    fn update(&mut self, batch: Vec<Change>) -> Option<SseEvent> {
+    /// What of `batch` this page shows (None when nothing concerns it).
+    fn update(&mut self, batch: &Batch) -> Option<SseEvent> {
+        if batch.reset {
+            return Some(self.snapshot());
+        }
         // A page waiting for its environment: a snapshot once the roster has it.
         if let Some((id, None)) = &self.page {
-            let arrived = batch.iter().any(|c| match c {
-                Change::EnvApplied(e) => &*e.id == id || &*e.key.name == id,
-                Change::Reset(_) => true,
-                _ => false,
-            });
-            return arrived.then(|| self.snapshot());
+            return batch.arrived.contains(id).then(|| self.snapshot());
         }
-        let r = &self.ui.bridge.roster;
-        let mut touched: BTreeSet<EnvKey> = BTreeSet::new();
         let mut m = Message {
             leader: self.leader,
             ..Default::default()
         };
-        let list = self.page.is_none();
-        let mine = |k: &EnvKey| list || self.key() == Some(k);
-        let mut tasks: std::collections::BTreeMap<String, Option<TaskView>> = Default::default();
-        for c in batch {
-            match c {
-                Change::EnvApplied(e) if mine(&e.key) => {
-                    touched.insert(e.key.clone());
+        let mut env = |k: &EnvKey, v: &Option<Arc<EnvView>>| match v {
+            Some(v) => m.envs.push(v.clone()),
+            None => m.envs_gone.push(k.to_string()),
+        };
+        match self.key() {
+            None => batch.envs.iter().for_each(|(k, v)| env(k, v)),
+            Some(k) => {
+                if let Some(v) = batch.envs.get(k) {
+                    env(k, v);
                 }
-                Change::EnvDeleted(k) if mine(&k) => {
-                    touched.insert(k);
-                }
-                Change::TaskApplied(t) if mine(&t.env) => {
-                    touched.insert(t.env.clone());
-                    if !list {
-                        tasks.insert(t.name.to_string(), Some(view::task(&t)));
+                for (name, t) in batch.tasks.get(k).into_iter().flatten() {
+                    match t {
+                        Some(t) => m.tasks.push(t.clone()),
+                        None => m.tasks_gone.push(name.clone()),
                     }
                 }
-                Change::TaskDeleted { env, name } if mine(&env) => {
-                    touched.insert(env);
-                    if !list {
-                        tasks.insert(name.to_string(), None);
-                    }
-                }
-                // A relist: the whole view again.
-                Change::Reset(_) => return Some(self.snapshot()),
-                _ => {}
             }
         }
-        if touched.is_empty() {
-            return None;
-        }
-        for k in touched {
-            match r.env(&k) {
-                Some(e) => m.envs.push(view::env(r, &e)),
-                None => m.envs_gone.push(k.to_string()),
-            }
-        }
-        for (name, t) in tasks {
-            match t {
-                Some(t) => m.tasks.push(t),
-                None => m.tasks_gone.push(name),
-            }
-        }
-        Some(json_event("update", &m))
+        let nothing = m.envs.is_empty()
+            && m.envs_gone.is_empty()
+            && m.tasks.is_empty()
+            && m.tasks_gone.is_empty();
+        (!nothing).then(|| json_event("update", &m))
     }
 
     async fn next(&mut self) -> Option<SseEvent> {
@@ -158,8 +133,8 @@ impl Feed {
             return Some(self.snapshot());
         }
         loop {
-            let first = tokio::select! {
-                c = self.rx.recv() => c,
+            let batch = tokio::select! {
+                b = self.rx.recv() => b,
                 _ = self.check.tick() => {
                     if self.ui.sessions.caller(&self.session).is_none() {
                         self.done = true;
@@ -173,21 +148,14 @@ impl Feed {
                     continue;
                 }
             };
-            let mut batch = match first {
-                Ok(c) => vec![c],
+            match batch {
+                Ok(b) => {
+                    if let Some(ev) = self.update(&b) {
+                        return Some(ev);
+                    }
+                }
                 Err(RecvError::Lagged(_)) => return Some(self.snapshot()),
                 Err(RecvError::Closed) => return None,
-            };
-            let until = tokio::time::Instant::now() + BATCH_WINDOW;
-            while batch.len() < BATCH_MAX {
-                match tokio::time::timeout_at(until, self.rx.recv()).await {
-                    Ok(Ok(c)) => batch.push(c),
-                    Ok(Err(RecvError::Lagged(_))) => return Some(self.snapshot()),
-                    Ok(Err(RecvError::Closed)) | Err(_) => break,
-                }
-            }
-            if let Some(ev) = self.update(batch) {
-                return Some(ev);
             }
         }
     }
@@ -207,7 +175,7 @@ pub fn stream(
     slot: Slot,
 ) -> Sse<impl Stream<Item = Result<SseEvent, std::convert::Infallible>>> {
     let feed = Feed {
-        rx: ui.bridge.roster.subscribe(),
+        rx: ui.feed.subscribe(),
         leader: ui.bridge.is_leader(),
         ui,
         session,

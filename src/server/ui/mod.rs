@@ -8,6 +8,7 @@
 
 mod actions;
 mod data;
+mod feed;
 mod live;
 mod pages;
 pub mod session;
@@ -39,6 +40,8 @@ pub struct Ui {
     tokens: Option<Arc<Tokens>>,
     sessions: session::Sessions,
     streams: slots::Slots,
+    /// The live changes, built once for every open page (feed.rs).
+    feed: tokio::sync::broadcast::Sender<Arc<feed::Batch>>,
     /// Cookies carry `Secure` (the page is served over TLS).
     secure: bool,
 }
@@ -139,6 +142,7 @@ pub fn router(bridge: Arc<Bridge>, tokens: Option<Arc<Tokens>>, http: SocketAddr
                 get(pages::loopback_only).post(pages::loopback_only),
             );
     }
+    let feed = feed::start(&bridge.roster);
     let ui = Arc::new(Ui {
         api: Api {
             bridge: bridge.clone(),
@@ -147,6 +151,7 @@ pub fn router(bridge: Arc<Bridge>, tokens: Option<Arc<Tokens>>, http: SocketAddr
         tokens,
         sessions: session::Sessions::default(),
         streams: slots::Slots::default(),
+        feed,
         secure: false,
     });
     Router::new()

@@ -315,9 +315,11 @@ async fn a_slow_live_client_lags_alone_and_gets_a_fresh_snapshot() {
     assert_eq!(slow.status(), 200);
     let fast = send(d.http, "GET", "/ui/events?env=slow", &c, "").await;
     let mut fast = fast.into_body();
-    // Rounds over every task: more changes than the roster's broadcast holds, and more bytes
-    // (about 30 MB) than the sockets' buffers take for the client that does not read.
-    for round in 0..50 {
+    // Rounds over every task, each its own batch of the dashboard's shared producer (a pause
+    // longer than its 60 ms window after each): more batches than a page's stream may fall
+    // behind (feed.rs: 64), and more bytes (about 60 MB) than the sockets' buffers take for
+    // the client that does not read.
+    for round in 0..100 {
         let state = if round % 2 == 0 {
             State::Configured
         } else {
@@ -326,7 +328,7 @@ async fn a_slow_live_client_lags_alone_and_gets_a_fresh_snapshot() {
         for i in 0..2000 {
             r.apply_task(synthetic_task(&r, &key, i, state, None));
         }
-        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(80)).await;
     }
     r.apply_task(synthetic_task(
         &r,
