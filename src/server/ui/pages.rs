@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use super::{Ui, session};
 use crate::server::auth::Caller;
+use crate::state::Event;
 
 /// The page may load only its own script, style and data; never be framed.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
@@ -138,9 +139,26 @@ fn to_login() -> Response {
     Redirect::to("/ui/login").into_response()
 }
 
+/// The events a person may send and where they lead, from the state machine itself
+/// (`crate::state`), in its order: `[{"event": "CONFIGURE", "from": ["STANDBY"], "to":
+/// "CONFIGURED"}, ...]`. GO_ERROR (from any state) is the daemon's own, not a button.
+fn events_json() -> String {
+    let table: Vec<serde_json::Value> = Event::ALL
+        .iter()
+        .filter_map(|e| {
+            let from: Vec<&str> = e.source()?.iter().map(|s| s.as_str()).collect();
+            Some(
+                serde_json::json!({ "event": e.as_str(), "from": from, "to": e.target().as_str() }),
+            )
+        })
+        .collect();
+    serde_json::Value::Array(table).to_string()
+}
+
 /// One page shell: `page` names the script's view, `env` its environment.
 fn shell(ui: &Ui, caller: &Caller, page: &str, title: &str, env: &str) -> Response {
     let body = SHELL
+        .replace("{{events}}", &esc(&events_json()))
         .replace("{{title}}", &esc(title))
         .replace("{{page}}", page)
         .replace("{{env}}", &esc(env))
@@ -239,6 +257,23 @@ pub async fn asset(Path(file): Path<String>) -> Response {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_pages_event_table_is_the_state_machines() {
+        let t: Vec<serde_json::Value> = serde_json::from_str(&super::events_json()).expect("json");
+        let names: Vec<&str> = t.iter().filter_map(|e| e["event"].as_str()).collect();
+        assert_eq!(
+            names,
+            ["CONFIGURE", "START", "STOP", "RESET", "RECOVER", "EXIT"],
+            "the machine's order; GO_ERROR is no button"
+        );
+        assert_eq!(t[0]["from"], serde_json::json!(["STANDBY"]));
+        assert_eq!(t[1]["to"], "RUNNING");
+        assert_eq!(
+            t[5]["from"],
+            serde_json::json!(["STANDBY", "CONFIGURED", "ERROR"])
+        );
+    }
+
     #[test]
     fn escapes_markup() {
         assert_eq!(

@@ -6,14 +6,9 @@
   const id = Page.env;
   const enc = encodeURIComponent;
   const ROW = 28;
-  const EVENTS = {
-    CONFIGURE: { from: ['STANDBY'], to: 'CONFIGURED' },
-    START: { from: ['CONFIGURED'], to: 'RUNNING' },
-    STOP: { from: ['RUNNING'], to: 'CONFIGURED' },
-    RESET: { from: ['CONFIGURED'], to: 'STANDBY' },
-    RECOVER: { from: ['ERROR'], to: 'STANDBY' },
-    EXIT: { from: ['STANDBY', 'CONFIGURED', 'ERROR'], to: 'DONE' },
-  };
+  // The state machine's events (from, to), in its order, as the server's own table gives them.
+  const EVENTS = Object.fromEntries(
+    JSON.parse(document.body.dataset.events).map((e) => [e.event, { from: e.from, to: e.to }]));
   const RUN_TYPES = ['PHYSICS', 'TECHNICAL', 'COSMICS', 'SYNTHETIC', 'CALIBRATION', 'PEDESTAL', 'PULSER', 'LASER', 'NOISE'];
 
   let env = null;
