@@ -5,7 +5,7 @@
 //! serialised by a file lock), [`client`], [`down`]; for fault tests, a private plane in a
 //! directory of its own ([`ensure_up_in`], [`down_in`]) whose apiserver can be stopped and
 //! started again (`stop_apiserver`, `start_apiserver`). What only tests and benches use
-//! (those two, [`fixtures`]) is behind the `test-support` feature, which `cargo test` and
+//! (those two, `fixtures`) is behind the `test-support` feature, which `cargo test` and
 //! `cargo bench` turn on (Cargo.toml's dev-dependency on this crate).
 
 pub mod addressing;
