@@ -21,7 +21,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use envbridge::control::sim::{SimConfig, SimMode, Simulator, bind, serve};
-use envbridge::control::{self, TaskEndpoint};
+use envbridge::control::{ControlClient, TaskEndpoint};
 use envbridge::plan::ControlMode;
 use envbridge::state::{Event, State};
 
@@ -136,10 +136,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             load_average()
         );
         let deadline = Duration::from_secs(60);
+        // One client for every round: the "connect" round fills its channel cache.
+        let ctl = ControlClient::default();
         let get_state = |ep: &TaskEndpoint| {
             let ep = *ep;
+            let ctl = ctl.clone();
             async move {
-                control::get_state(&ep, deadline)
+                ctl.get_state(&ep, deadline)
                     .await
                     .map(|_| ())
                     .map_err(|e| e.to_string())
@@ -152,7 +155,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut serial = Vec::with_capacity(200);
         for ep in eps.iter().cycle().take(200) {
             let t = Instant::now();
-            control::get_state(ep, deadline).await?;
+            ctl.get_state(ep, deadline).await?;
             serial.push(t.elapsed());
         }
         let total: Duration = serial.iter().sum();
@@ -164,8 +167,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ] {
             let (wall, lat, failed) = round(&event.to_string(), &eps, |ep| {
                 let ep = *ep;
+                let ctl = ctl.clone();
                 async move {
-                    match control::transition(&ep, from, event, &[], deadline).await {
+                    match ctl.transition(&ep, from, event, &[], deadline).await {
                         Ok(s) if s == event.target() => Ok(()),
                         Ok(s) => Err(format!("unexpected state {s}")),
                         Err(e) => Err(e.to_string()),

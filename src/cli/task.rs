@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use envbridge::control::fairmq::FmqState;
-use envbridge::control::{self, ControlError, TaskEndpoint};
+use envbridge::control::{ControlClient, ControlError, TaskEndpoint};
 use envbridge::plan::{ControlMode, TaskRef};
 use envbridge::state::{Event, State};
 
@@ -100,12 +100,14 @@ fn resolve(addr: &str) -> Result<SocketAddr, String> {
 
 pub fn run(args: TaskArgs) -> ExitCode {
     super::block_on_client(async move {
+        // The same variable as the operator's: whether non-loopback addresses may be dialled.
+        let control = ControlClient::from_env();
         let code = match args.command {
             TaskCommand::State {
                 addr,
                 mode,
                 timeout,
-            } => state(&addr, mode, Duration::from_secs(timeout)).await,
+            } => state(&control, &addr, mode, Duration::from_secs(timeout)).await,
             TaskCommand::Transition {
                 addr,
                 event,
@@ -118,9 +120,17 @@ pub fn run(args: TaskArgs) -> ExitCode {
                 if let Some(n) = run_number {
                     given.insert("run_number".into(), n.to_string());
                 }
-                transition(&addr, &event, given, mode, Duration::from_secs(timeout)).await
+                transition(
+                    &control,
+                    &addr,
+                    &event,
+                    given,
+                    mode,
+                    Duration::from_secs(timeout),
+                )
+                .await
             }
-            TaskCommand::Watch { addr, mode } => watch(&addr, mode).await,
+            TaskCommand::Watch { addr, mode } => watch(&control, &addr, mode).await,
         };
         Ok::<_, String>(code)
     })
@@ -146,13 +156,13 @@ fn describe(raw: &str, mode: Mode) -> String {
     }
 }
 
-async fn state(addr: &str, mode: Mode, timeout: Duration) -> ExitCode {
+async fn state(control: &ControlClient, addr: &str, mode: Mode, timeout: Duration) -> ExitCode {
     let addr = match resolve(addr) {
         Ok(a) => a,
         Err(e) => return usage(e),
     };
     let ep = TaskEndpoint::new(addr, mode.into());
-    match control::get_raw_state(&ep, timeout).await {
+    match control.get_raw_state(&ep, timeout).await {
         Ok((raw, _pid)) => {
             println!("{}", describe(&raw, mode));
             ExitCode::SUCCESS
@@ -167,6 +177,7 @@ fn usage(msg: impl std::fmt::Display) -> ExitCode {
 }
 
 async fn transition(
+    control: &ControlClient,
     addr: &str,
     event: &str,
     given: BTreeMap<String, String>,
@@ -187,14 +198,14 @@ async fn transition(
     };
     let ep = TaskEndpoint::new(addr, mode.into());
     let end = tokio::time::Instant::now() + timeout;
-    let from = match control::get_state(&ep, timeout).await {
+    let from = match control.get_state(&ep, timeout).await {
         Ok((s, _)) => s,
         Err(e) => return fail(e),
     };
     // What the operator would send (a task by hand has no properties or channels).
     let args = envbridge::operator::transition_args::arguments(event, &TaskRef::default(), &given);
     let left = end.saturating_duration_since(tokio::time::Instant::now());
-    match control::transition(&ep, from, event, &args, left).await {
+    match control.transition(&ep, from, event, &args, left).await {
         Ok(reached) => {
             println!("{from} -> {reached}");
             ExitCode::SUCCESS
@@ -204,7 +215,7 @@ async fn transition(
     }
 }
 
-async fn watch(addr: &str, mode: Mode) -> ExitCode {
+async fn watch(control: &ControlClient, addr: &str, mode: Mode) -> ExitCode {
     let addr = match resolve(addr) {
         Ok(a) => a,
         Err(e) => return usage(e),
@@ -216,7 +227,7 @@ async fn watch(addr: &str, mode: Mode) -> ExitCode {
     loop {
         // The state now, then what comes (direct: StateStream + EventStream; FairMQ: the
         // device's state polled, as it has no StateStream, + EventStream).
-        match control::get_raw_state(&ep, Duration::from_secs(5)).await {
+        match control.get_raw_state(&ep, Duration::from_secs(5)).await {
             Ok((raw, pid)) => {
                 println!("{} state {} pid={pid}", stamp(), describe(&raw, mode));
                 lost = false;
@@ -232,15 +243,18 @@ async fn watch(addr: &str, mode: Mode) -> ExitCode {
         }
         if !lost {
             let states = match mode {
-                Mode::Direct => control::state_stream(&ep)
+                Mode::Direct => control
+                    .state_stream(&ep)
                     .map(|r| r.map(|s: State| format!("state {s}")))
                     .boxed(),
-                Mode::Fairmq => control::raw_state_stream(&ep, WATCH_POLL)
+                Mode::Fairmq => control
+                    .raw_state_stream(&ep, WATCH_POLL)
                     .skip(1)
                     .map(|r| r.map(|raw| format!("state {}", describe(&raw, mode))))
                     .boxed(),
             };
-            let events = control::event_stream(&ep)
+            let events = control
+                .event_stream(&ep)
                 .map(|r| r.map(|e| format!("event {e}")))
                 .boxed();
             let mut both = futures::stream::select(states, events);
@@ -252,7 +266,7 @@ async fn watch(addr: &str, mode: Mode) -> ExitCode {
                             // An event means a change (a FairMQ device in ERROR or EXITING
                             // exits right after): read the state at once.
                             if line.starts_with("event ")
-                                && let Ok((raw, _)) = control::get_raw_state(&ep, Duration::from_secs(2)).await
+                                && let Ok((raw, _)) = control.get_raw_state(&ep, Duration::from_secs(2)).await
                             {
                                 println!("{} state {}", stamp(), describe(&raw, mode));
                             }

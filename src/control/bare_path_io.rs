@@ -159,7 +159,8 @@ mod tests {
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
 
-    use crate::control::client::{TaskEndpoint, get_state};
+    use crate::control::client::TaskEndpoint;
+    use crate::control::policy::ControlClient;
     use crate::plan::ControlMode;
 
     /// What the first request of a connection carries as `:path`, read off the raw bytes.
@@ -196,7 +197,9 @@ mod tests {
         });
         // Nobody answers: the call ends at its deadline, after the request went out.
         let ep = TaskEndpoint::new(addr, mode);
-        let _ = get_state(&ep, Duration::from_secs(2)).await;
+        let _ = ControlClient::default()
+            .get_state(&ep, Duration::from_secs(2))
+            .await;
         tokio::time::timeout(Duration::from_secs(5), capture)
             .await
             .expect("request seen")

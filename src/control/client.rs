@@ -4,30 +4,27 @@
 //! * `fairmq` tasks get the multi-step sequences of [`super::fairmq`] over the JSON variant.
 //! * `basic` and `hook` tasks speak no protocol: every call returns [`ControlError::NoProtocol`].
 //!
-//! Channels are cached per address (HTTP/2 multiplexes every call to one task over one
-//! connection, and reconnects on its own), so driving thousands of tasks costs one handshake
-//! per task, not one per call; calls to different tasks run concurrently.
+//! Every call is a method of a [`ControlClient`] (see [`super::policy`]): its policy decides
+//! which addresses may be dialled, its cache holds one channel per task; calls to different
+//! tasks run concurrently.
 
 use std::net::SocketAddr;
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use dashmap::DashMap;
 use futures::{Stream, StreamExt, stream};
-use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 use tonic::client::Grpc;
 use tonic::codegen::{Context, Poll, Service};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tracing::{debug, warn};
 
-use super::bare_path_io::BarePathIo;
 use super::error::ControlError;
 use super::fairmq::{self, FmqState, Step, Verdict};
 use super::json::JsonCodec;
 use super::pb;
+use super::policy::ControlClient;
 use super::wire::{Method, Variant};
 use crate::plan::ControlMode;
 use crate::state::{self, Event, State};
@@ -56,324 +53,418 @@ impl TaskEndpoint {
     }
 }
 
-/// How long to wait for the TCP connection itself (the call deadline bounds it too).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often the state of a FairMQ task is polled for [`state_stream`] (the plugin has no
+/// How often the state of a FairMQ task is polled for [`ControlClient::state_stream`] (the plugin has no
 /// state stream).
 pub const FAIRMQ_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The state of the task process and its pid.
-pub async fn get_state(
-    ep: &TaskEndpoint,
-    deadline: Duration,
-) -> Result<(State, u32), ControlError> {
-    let (raw, pid) = get_raw_state(ep, deadline).await?;
-    let state = match ep.mode {
-        ControlMode::Fairmq => {
-            let fmq = parse_fmq(ep.addr, "GetState", &raw)?;
-            fmq.to_state().ok_or_else(|| ControlError::Between {
-                addr: ep.addr,
-                device_state: raw.clone(),
-            })?
-        }
-        _ => parse_state(ep.addr, "GetState", &raw)?,
-    };
-    Ok((state, pid))
-}
-
-/// The state exactly as the process names it (a FairMQ device's own state, e.g. `BOUND`)
-/// and its pid.
-pub async fn get_raw_state(
-    ep: &TaskEndpoint,
-    deadline: Duration,
-) -> Result<(String, u32), ControlError> {
-    let variant = ep.variant()?;
-    let reply: pb::GetStateReply = unary(
-        ep.addr,
-        variant,
-        Method::GetState,
-        pb::GetStateRequest {},
-        deadline,
-        "GetState",
-    )
-    .await?;
-    Ok((reply.state, u32::try_from(reply.pid).unwrap_or(0)))
-}
-
-/// The process's own state names, polled `every` so long (for a FairMQ device, which has
-/// no state stream), each time it changes, the current one first. It never ends on its own:
-/// a failed read yields its error and polling goes on.
-pub fn raw_state_stream(
-    ep: &TaskEndpoint,
-    every: Duration,
-) -> impl Stream<Item = Result<String, ControlError>> + Send + use<> {
-    let ep = *ep;
-    stream::unfold(
-        (ep, None::<String>, true),
-        move |(ep, mut last, mut first)| async move {
-            loop {
-                if !first {
-                    tokio::time::sleep(every).await;
-                }
-                first = false;
-                match get_raw_state(&ep, every.max(Duration::from_secs(2))).await {
-                    Ok((s, _)) if last.as_deref() != Some(s.as_str()) => {
-                        last = Some(s.clone());
-                        return Some((Ok(s), (ep, last, first)));
-                    }
-                    Ok(_) => continue,
-                    Err(e) => return Some((Err(e), (ep, last, first))),
-                }
+impl ControlClient {
+    /// The state of the task process and its pid.
+    pub async fn get_state(
+        &self,
+        ep: &TaskEndpoint,
+        deadline: Duration,
+    ) -> Result<(State, u32), ControlError> {
+        let (raw, pid) = self.get_raw_state(ep, deadline).await?;
+        let state = match ep.mode {
+            ControlMode::Fairmq => {
+                let fmq = parse_fmq(ep.addr, "GetState", &raw)?;
+                fmq.to_state().ok_or_else(|| ControlError::Between {
+                    addr: ep.addr,
+                    device_state: raw.clone(),
+                })?
             }
-        },
-    )
-}
-
-/// Drives the task from `from` through `event`; returns the state it settled in.
-///
-/// `args` travel with the event (for FairMQ: with INIT DEVICE for CONFIGURE, with RUN for
-/// START). `deadline` bounds the whole transition, every step of a FairMQ sequence included.
-/// `ok=false`, a gRPC error, a stuck FairMQ step and the deadline are all errors.
-pub async fn transition(
-    ep: &TaskEndpoint,
-    from: State,
-    event: Event,
-    args: &[(String, String)],
-    deadline: Duration,
-) -> Result<State, ControlError> {
-    let variant = ep.variant()?;
-    if state::next(from, event).is_none() {
-        return Err(ControlError::NotApplicable { event, from });
-    }
-    let arguments: Vec<pb::ConfigEntry> = args
-        .iter()
-        .map(|(k, v)| pb::ConfigEntry {
-            key: k.clone(),
-            value: v.clone(),
-        })
-        .collect();
-    match ep.mode {
-        ControlMode::Fairmq => fairmq_transition(ep.addr, from, event, arguments, deadline).await,
-        _ => direct_transition(ep.addr, variant, from, event, arguments, deadline).await,
-    }
-}
-
-async fn direct_transition(
-    addr: SocketAddr,
-    variant: Variant,
-    from: State,
-    event: Event,
-    arguments: Vec<pb::ConfigEntry>,
-    deadline: Duration,
-) -> Result<State, ControlError> {
-    let call = event.as_str();
-    let req = pb::TransitionRequest {
-        src_state: from.as_str().to_string(),
-        transition_event: call.to_string(),
-        arguments,
-    };
-    let reply: pb::TransitionReply =
-        unary(addr, variant, Method::Transition, req, deadline, call).await?;
-    if !reply.ok {
-        return Err(refused(addr, call.to_string(), &reply));
-    }
-    parse_state(addr, call, &reply.state)
-}
-
-async fn fairmq_transition(
-    addr: SocketAddr,
-    from: State,
-    event: Event,
-    arguments: Vec<pb::ConfigEntry>,
-    deadline: Duration,
-) -> Result<State, ControlError> {
-    let start = FmqState::from_state(from).ok_or(ControlError::NotApplicable { event, from })?;
-    let steps = fairmq::plan(event, start).map_err(|source| ControlError::Plan {
-        addr,
-        event,
-        source,
-    })?;
-    let end = Instant::now() + deadline;
-    let mut at = start;
-    for step in &steps {
-        let call = format!("{event} (FairMQ step {})", step.event);
-        let args = if step.with_args {
-            arguments.clone()
-        } else {
-            Vec::new()
+            _ => parse_state(ep.addr, "GetState", &raw)?,
         };
-        let reply = fairmq_step(addr, step, args, end, &call).await?;
-        let reached = parse_fmq(addr, &call, &reply.state)?;
-        debug!(%addr, step = %step.event, from = %step.from, reached = %reached, ok = reply.ok, "FairMQ step");
-        match fairmq::judge(step, reached, reply.ok) {
-            Verdict::Advance => at = reached,
-            Verdict::Fail => return Err(refused(addr, call, &reply)),
-            Verdict::RollBack(rb) => {
-                let outcome = match fairmq_step(addr, &rb, Vec::new(), end, &call).await {
-                    Ok(r) if r.ok => format!("{} (now {})", rb.event, r.state),
-                    Ok(r) => format!("{} (refused too, now {})", rb.event, r.state),
-                    Err(e) => format!("{} (failed: {e})", rb.event),
-                };
-                warn!(%addr, %call, state = %reached, %outcome, "FairMQ step stuck; rolled back");
-                return Err(ControlError::Stuck {
-                    addr,
-                    call,
-                    state: reached.to_string(),
-                    rollback: outcome.clone(),
-                });
-            }
-        }
+        Ok((state, pid))
     }
-    at.to_state().ok_or_else(|| ControlError::UnknownState {
-        addr,
-        call: event.to_string(),
-        state: at.to_string(),
-    })
-}
 
-async fn fairmq_step(
-    addr: SocketAddr,
-    step: &Step,
-    arguments: Vec<pb::ConfigEntry>,
-    end: Instant,
-    call: &str,
-) -> Result<pb::TransitionReply, ControlError> {
-    let req = pb::TransitionRequest {
-        src_state: step.from.as_str().to_string(),
-        transition_event: step.event.as_str().to_string(),
-        arguments,
-    };
-    let left = end.saturating_duration_since(Instant::now());
-    unary(addr, Variant::Json, Method::Transition, req, left, call).await
-}
-
-/// Every state the task reaches, including changes it makes on its own.
-///
-/// `direct` tasks push their later states (StateStream: never the current one on
-/// subscribe); the stream ends when the task closes it.
-/// `fairmq` tasks are polled every [`FAIRMQ_POLL_INTERVAL`] (the plugin has no state stream);
-/// only settled states are yielded, each time it changes; it never ends on its own (an
-/// unreachable task yields one error per poll). `basic`/`hook`: one NoProtocol error.
-pub fn state_stream(
-    ep: &TaskEndpoint,
-) -> impl Stream<Item = Result<State, ControlError>> + Send + 'static {
-    let ep = *ep;
-    match ep.mode {
-        ControlMode::Direct => pushed_states(ep).boxed(),
-        ControlMode::Fairmq => polled_states(ep).boxed(),
-        ControlMode::Basic | ControlMode::Hook => stream::iter([Err(ControlError::NoProtocol {
-            addr: ep.addr,
-            mode: ep.mode,
-        })])
-        .boxed(),
-    }
-}
-
-fn pushed_states(ep: TaskEndpoint) -> impl Stream<Item = Result<State, ControlError>> + Send {
-    let addr = ep.addr;
-    let open = async move {
-        let channel = channel_for(addr)?;
-        let mut grpc = Grpc::new(channel);
-        grpc.ready()
-            .await
-            .map_err(|e| rpc_error(addr, "StateStream", e))?;
-        let codec =
-            tonic_prost::ProstCodec::<pb::StateStreamRequest, pb::StateStreamReply>::default();
-        grpc.server_streaming(
-            tonic::Request::new(pb::StateStreamRequest {}),
-            Method::StateStream.path(Variant::Protobuf),
-            codec,
-        )
-        .await
-        .map(|r| r.into_inner())
-        .map_err(|s| status_error(addr, "StateStream", s, None))
-    };
-    stream::once(open).flat_map(move |opened| match opened {
-        Ok(replies) => replies
-            .map(move |r| match r {
-                Ok(reply) => parse_state(addr, "StateStream", &reply.state),
-                Err(s) => Err(status_error(addr, "StateStream", s, None)),
-            })
-            .boxed(),
-        Err(e) => stream::iter([Err(e)]).boxed(),
-    })
-}
-
-fn polled_states(ep: TaskEndpoint) -> impl Stream<Item = Result<State, ControlError>> + Send {
-    let addr = ep.addr;
-    // The device's own states, settled ones only (no run-control state between them), each
-    // run-control state once per change.
-    raw_state_stream(&ep, FAIRMQ_POLL_INTERVAL)
-        .filter_map(move |r| {
-            std::future::ready(match r.and_then(|raw| parse_fmq(addr, "GetState", &raw)) {
-                Ok(fmq) => fmq.to_state().map(Ok),
-                Err(e) => Some(Err(e)),
-            })
-        })
-        .scan(None::<State>, |last, r| {
-            let out = match r {
-                Ok(s) if *last == Some(s) => None,
-                Ok(s) => {
-                    *last = Some(s);
-                    Some(Ok(s))
-                }
-                Err(e) => Some(Err(e)),
-            };
-            std::future::ready(Some(out))
-        })
-        .filter_map(std::future::ready)
-}
-
-/// The task's device events as they come (`NULL_DEVICE_EVENT`, `END_OF_STREAM`, ...).
-///
-/// OCClite sends one message as its device reaches ERROR or EXITING, then ends the stream;
-/// the OCC library's example sends nothing in a normal cycle and ends at DONE. A stream
-/// that fails (the connection is lost, the process is gone) yields one error and ends.
-pub fn event_stream(
-    ep: &TaskEndpoint,
-) -> futures::stream::BoxStream<'static, Result<String, ControlError>> {
-    let ep = *ep;
-    let addr = ep.addr;
-    let open = async move {
+    /// The state exactly as the process names it (a FairMQ device's own state, e.g. `BOUND`)
+    /// and its pid.
+    pub async fn get_raw_state(
+        &self,
+        ep: &TaskEndpoint,
+        deadline: Duration,
+    ) -> Result<(String, u32), ControlError> {
         let variant = ep.variant()?;
-        let channel = VariantChannel::new(channel_for(addr)?, variant);
-        let mut grpc = Grpc::new(channel);
-        grpc.ready()
-            .await
-            .map_err(|e| rpc_error(addr, "EventStream", e))?;
-        let req = tonic::Request::new(pb::EventStreamRequest {});
-        let path = Method::EventStream.path(variant);
-        let replies = match variant {
-            Variant::Protobuf => grpc
-                .server_streaming(
-                    req,
-                    path,
-                    tonic_prost::ProstCodec::<pb::EventStreamRequest, pb::EventStreamReply>::default(),
-                )
-                .await
-                .map(|r| r.into_inner().boxed()),
-            Variant::Json => grpc
-                .server_streaming(
-                    req,
-                    path,
-                    JsonCodec::<pb::EventStreamRequest, pb::EventStreamReply>::default(),
-                )
-                .await
-                .map(|r| r.into_inner().boxed()),
+        let reply: pb::GetStateReply = self
+            .unary(
+                ep.addr,
+                variant,
+                Method::GetState,
+                pb::GetStateRequest {},
+                deadline,
+                "GetState",
+            )
+            .await?;
+        Ok((reply.state, u32::try_from(reply.pid).unwrap_or(0)))
+    }
+
+    /// The process's own state names, polled `every` so long (for a FairMQ device, which has
+    /// no state stream), each time it changes, the current one first. It never ends on its own:
+    /// a failed read yields its error and polling goes on.
+    pub fn raw_state_stream(
+        &self,
+        ep: &TaskEndpoint,
+        every: Duration,
+    ) -> impl Stream<Item = Result<String, ControlError>> + Send + use<> {
+        let ep = *ep;
+        let client = self.clone();
+        stream::unfold(
+            (ep, None::<String>, true),
+            move |(ep, mut last, mut first)| {
+                let client = client.clone();
+                async move {
+                    loop {
+                        if !first {
+                            tokio::time::sleep(every).await;
+                        }
+                        first = false;
+                        match client
+                            .get_raw_state(&ep, every.max(Duration::from_secs(2)))
+                            .await
+                        {
+                            Ok((s, _)) if last.as_deref() != Some(s.as_str()) => {
+                                last = Some(s.clone());
+                                return Some((Ok(s), (ep, last, first)));
+                            }
+                            Ok(_) => continue,
+                            Err(e) => return Some((Err(e), (ep, last, first))),
+                        }
+                    }
+                }
+            },
+        )
+    }
+
+    /// Drives the task from `from` through `event`; returns the state it settled in.
+    ///
+    /// `args` travel with the event (for FairMQ: with INIT DEVICE for CONFIGURE, with RUN for
+    /// START). `deadline` bounds the whole transition, every step of a FairMQ sequence included.
+    /// `ok=false`, a gRPC error, a stuck FairMQ step and the deadline are all errors.
+    pub async fn transition(
+        &self,
+        ep: &TaskEndpoint,
+        from: State,
+        event: Event,
+        args: &[(String, String)],
+        deadline: Duration,
+    ) -> Result<State, ControlError> {
+        let variant = ep.variant()?;
+        if state::next(from, event).is_none() {
+            return Err(ControlError::NotApplicable { event, from });
+        }
+        let arguments: Vec<pb::ConfigEntry> = args
+            .iter()
+            .map(|(k, v)| pb::ConfigEntry {
+                key: k.clone(),
+                value: v.clone(),
+            })
+            .collect();
+        match ep.mode {
+            ControlMode::Fairmq => {
+                self.fairmq_transition(ep.addr, from, event, arguments, deadline)
+                    .await
+            }
+            _ => {
+                self.direct_transition(ep.addr, variant, from, event, arguments, deadline)
+                    .await
+            }
+        }
+    }
+
+    async fn direct_transition(
+        &self,
+        addr: SocketAddr,
+        variant: Variant,
+        from: State,
+        event: Event,
+        arguments: Vec<pb::ConfigEntry>,
+        deadline: Duration,
+    ) -> Result<State, ControlError> {
+        let call = event.as_str();
+        let req = pb::TransitionRequest {
+            src_state: from.as_str().to_string(),
+            transition_event: call.to_string(),
+            arguments,
         };
-        replies.map_err(|s| status_error(addr, "EventStream", s, None))
-    };
-    stream::once(open)
-        .flat_map(move |opened| match opened {
+        let reply: pb::TransitionReply = self
+            .unary(addr, variant, Method::Transition, req, deadline, call)
+            .await?;
+        if !reply.ok {
+            return Err(refused(addr, call.to_string(), &reply));
+        }
+        parse_state(addr, call, &reply.state)
+    }
+
+    async fn fairmq_transition(
+        &self,
+        addr: SocketAddr,
+        from: State,
+        event: Event,
+        arguments: Vec<pb::ConfigEntry>,
+        deadline: Duration,
+    ) -> Result<State, ControlError> {
+        let start =
+            FmqState::from_state(from).ok_or(ControlError::NotApplicable { event, from })?;
+        let steps = fairmq::plan(event, start).map_err(|source| ControlError::Plan {
+            addr,
+            event,
+            source,
+        })?;
+        let end = Instant::now() + deadline;
+        let mut at = start;
+        for step in &steps {
+            let call = format!("{event} (FairMQ step {})", step.event);
+            let args = if step.with_args {
+                arguments.clone()
+            } else {
+                Vec::new()
+            };
+            let reply = self.fairmq_step(addr, step, args, end, &call).await?;
+            let reached = parse_fmq(addr, &call, &reply.state)?;
+            debug!(%addr, step = %step.event, from = %step.from, reached = %reached, ok = reply.ok, "FairMQ step");
+            match fairmq::judge(step, reached, reply.ok) {
+                Verdict::Advance => at = reached,
+                Verdict::Fail => return Err(refused(addr, call, &reply)),
+                Verdict::RollBack(rb) => {
+                    let outcome = match self.fairmq_step(addr, &rb, Vec::new(), end, &call).await {
+                        Ok(r) if r.ok => format!("{} (now {})", rb.event, r.state),
+                        Ok(r) => format!("{} (refused too, now {})", rb.event, r.state),
+                        Err(e) => format!("{} (failed: {e})", rb.event),
+                    };
+                    warn!(%addr, %call, state = %reached, %outcome, "FairMQ step stuck; rolled back");
+                    return Err(ControlError::Stuck {
+                        addr,
+                        call,
+                        state: reached.to_string(),
+                        rollback: outcome.clone(),
+                    });
+                }
+            }
+        }
+        at.to_state().ok_or_else(|| ControlError::UnknownState {
+            addr,
+            call: event.to_string(),
+            state: at.to_string(),
+        })
+    }
+
+    async fn fairmq_step(
+        &self,
+        addr: SocketAddr,
+        step: &Step,
+        arguments: Vec<pb::ConfigEntry>,
+        end: Instant,
+        call: &str,
+    ) -> Result<pb::TransitionReply, ControlError> {
+        let req = pb::TransitionRequest {
+            src_state: step.from.as_str().to_string(),
+            transition_event: step.event.as_str().to_string(),
+            arguments,
+        };
+        let left = end.saturating_duration_since(Instant::now());
+        self.unary(addr, Variant::Json, Method::Transition, req, left, call)
+            .await
+    }
+
+    /// Every state the task reaches, including changes it makes on its own.
+    ///
+    /// `direct` tasks push their later states (StateStream: never the current one on
+    /// subscribe); the stream ends when the task closes it.
+    /// `fairmq` tasks are polled every [`FAIRMQ_POLL_INTERVAL`] (the plugin has no state stream);
+    /// only settled states are yielded, each time it changes; it never ends on its own (an
+    /// unreachable task yields one error per poll). `basic`/`hook`: one NoProtocol error.
+    pub fn state_stream(
+        &self,
+        ep: &TaskEndpoint,
+    ) -> impl Stream<Item = Result<State, ControlError>> + Send + 'static {
+        let ep = *ep;
+        match ep.mode {
+            ControlMode::Direct => self.pushed_states(ep).boxed(),
+            ControlMode::Fairmq => self.polled_states(ep).boxed(),
+            ControlMode::Basic | ControlMode::Hook => {
+                stream::iter([Err(ControlError::NoProtocol {
+                    addr: ep.addr,
+                    mode: ep.mode,
+                })])
+                .boxed()
+            }
+        }
+    }
+
+    fn pushed_states(
+        &self,
+        ep: TaskEndpoint,
+    ) -> impl Stream<Item = Result<State, ControlError>> + Send + use<> {
+        let addr = ep.addr;
+        let client = self.clone();
+        let open = async move {
+            let channel = client.channel(addr)?;
+            let mut grpc = Grpc::new(channel);
+            grpc.ready()
+                .await
+                .map_err(|e| rpc_error(addr, "StateStream", e))?;
+            let codec =
+                tonic_prost::ProstCodec::<pb::StateStreamRequest, pb::StateStreamReply>::default();
+            grpc.server_streaming(
+                tonic::Request::new(pb::StateStreamRequest {}),
+                Method::StateStream.path(Variant::Protobuf),
+                codec,
+            )
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|s| status_error(addr, "StateStream", s, None))
+        };
+        stream::once(open).flat_map(move |opened| match opened {
             Ok(replies) => replies
                 .map(move |r| match r {
-                    Ok(reply) => Ok(event_name(&reply)),
-                    Err(s) => Err(status_error(addr, "EventStream", s, None)),
+                    Ok(reply) => parse_state(addr, "StateStream", &reply.state),
+                    Err(s) => Err(status_error(addr, "StateStream", s, None)),
                 })
                 .boxed(),
             Err(e) => stream::iter([Err(e)]).boxed(),
         })
-        .boxed()
+    }
+
+    fn polled_states(
+        &self,
+        ep: TaskEndpoint,
+    ) -> impl Stream<Item = Result<State, ControlError>> + Send + use<> {
+        let addr = ep.addr;
+        // The device's own states, settled ones only (no run-control state between them), each
+        // run-control state once per change.
+        self.raw_state_stream(&ep, FAIRMQ_POLL_INTERVAL)
+            .filter_map(move |r| {
+                std::future::ready(match r.and_then(|raw| parse_fmq(addr, "GetState", &raw)) {
+                    Ok(fmq) => fmq.to_state().map(Ok),
+                    Err(e) => Some(Err(e)),
+                })
+            })
+            .scan(None::<State>, |last, r| {
+                let out = match r {
+                    Ok(s) if *last == Some(s) => None,
+                    Ok(s) => {
+                        *last = Some(s);
+                        Some(Ok(s))
+                    }
+                    Err(e) => Some(Err(e)),
+                };
+                std::future::ready(Some(out))
+            })
+            .filter_map(std::future::ready)
+    }
+
+    /// The task's device events as they come (`NULL_DEVICE_EVENT`, `END_OF_STREAM`, ...).
+    ///
+    /// OCClite sends one message as its device reaches ERROR or EXITING, then ends the stream;
+    /// the OCC library's example sends nothing in a normal cycle and ends at DONE. A stream
+    /// that fails (the connection is lost, the process is gone) yields one error and ends.
+    pub fn event_stream(
+        &self,
+        ep: &TaskEndpoint,
+    ) -> futures::stream::BoxStream<'static, Result<String, ControlError>> {
+        let ep = *ep;
+        let addr = ep.addr;
+        let client = self.clone();
+        let open = async move {
+            let variant = ep.variant()?;
+            let channel = VariantChannel::new(client.channel(addr)?, variant);
+            let mut grpc = Grpc::new(channel);
+            grpc.ready()
+                .await
+                .map_err(|e| rpc_error(addr, "EventStream", e))?;
+            let req = tonic::Request::new(pb::EventStreamRequest {});
+            let path = Method::EventStream.path(variant);
+            let replies =
+                match variant {
+                    Variant::Protobuf => {
+                        grpc
+                            .server_streaming(
+                                req,
+                                path,
+                                tonic_prost::ProstCodec::<
+                                    pb::EventStreamRequest,
+                                    pb::EventStreamReply,
+                                >::default(),
+                            )
+                            .await
+                            .map(|r| r.into_inner().boxed())
+                    }
+                    Variant::Json => grpc
+                        .server_streaming(
+                            req,
+                            path,
+                            JsonCodec::<pb::EventStreamRequest, pb::EventStreamReply>::default(),
+                        )
+                        .await
+                        .map(|r| r.into_inner().boxed()),
+                };
+            replies.map_err(|s| status_error(addr, "EventStream", s, None))
+        };
+        stream::once(open)
+            .flat_map(move |opened| match opened {
+                Ok(replies) => replies
+                    .map(move |r| match r {
+                        Ok(reply) => Ok(event_name(&reply)),
+                        Err(s) => Err(status_error(addr, "EventStream", s, None)),
+                    })
+                    .boxed(),
+                Err(e) => stream::iter([Err(e)]).boxed(),
+            })
+            .boxed()
+    }
+
+    async fn unary<Req, Resp>(
+        &self,
+        addr: SocketAddr,
+        variant: Variant,
+        method: Method,
+        req: Req,
+        deadline: Duration,
+        call: &str,
+    ) -> Result<Resp, ControlError>
+    where
+        Req: prost::Message + Serialize + Send + Sync + 'static,
+        Resp: prost::Message + DeserializeOwned + Default + Send + Sync + 'static,
+    {
+        let deadline_error = || ControlError::Deadline {
+            addr,
+            call: call.to_string(),
+            deadline,
+        };
+        if deadline.is_zero() {
+            return Err(deadline_error());
+        }
+        let channel = self.channel(addr)?;
+        let svc = VariantChannel::new(channel, variant);
+        let fut = async move {
+            let mut grpc = Grpc::new(svc);
+            grpc.ready().await.map_err(|e| rpc_error(addr, call, e))?;
+            let mut request = tonic::Request::new(req);
+            request.set_timeout(deadline);
+            let path = method.path(variant);
+            let resp = match variant {
+                Variant::Protobuf => {
+                    grpc.unary(
+                        request,
+                        path,
+                        tonic_prost::ProstCodec::<Req, Resp>::default(),
+                    )
+                    .await
+                }
+                Variant::Json => {
+                    grpc.unary(request, path, JsonCodec::<Req, Resp>::default())
+                        .await
+                }
+            };
+            resp.map(|r| r.into_inner())
+                .map_err(|s| status_error(addr, call, s, Some(deadline)))
+        };
+        match tokio::time::timeout(deadline, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(deadline_error()),
+        }
+    }
 }
 
 fn event_name(reply: &pb::EventStreamReply) -> String {
@@ -381,71 +472,6 @@ fn event_name(reply: &pb::EventStreamReply) -> String {
     pb::DeviceEventType::try_from(kind)
         .map(|t| t.as_str_name().to_string())
         .unwrap_or_else(|_| kind.to_string())
-}
-
-/// Drops the cached channel to `addr` (e.g. when its pod is gone).
-pub fn forget(addr: &SocketAddr) {
-    channels().remove(addr);
-}
-
-/// A cached channel, valid while the runtime that created it lives.
-struct Cached {
-    channel: Channel,
-    /// A task parked in the creating runtime: finished once that runtime is gone, which
-    /// makes the channel's background worker gone too.
-    runtime_alive: tokio::task::AbortHandle,
-}
-
-fn channels() -> &'static DashMap<SocketAddr, Cached> {
-    static CHANNELS: OnceLock<DashMap<SocketAddr, Cached>> = OnceLock::new();
-    CHANNELS.get_or_init(DashMap::new)
-}
-
-fn remote_allowed() -> bool {
-    static ALLOWED: OnceLock<bool> = OnceLock::new();
-    *ALLOWED.get_or_init(|| {
-        std::env::var("ENVBRIDGE_CONTROL_ALLOW_REMOTE").is_ok_and(|v| v == "1" || v == "true")
-    })
-}
-
-fn channel_for(addr: SocketAddr) -> Result<Channel, ControlError> {
-    if !addr.ip().is_loopback() && !remote_allowed() {
-        return Err(ControlError::NotLoopback { addr });
-    }
-    if let Some(c) = channels().get(&addr)
-        && !c.runtime_alive.is_finished()
-    {
-        return Ok(c.channel.clone());
-    }
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| ControlError::Rpc {
-            addr,
-            call: "connect".into(),
-            code: tonic::Code::InvalidArgument,
-            message: e.to_string(),
-        })?
-        .connect_timeout(CONNECT_TIMEOUT);
-    // Every connection strips the slash of bare method names (`/GetState` -> `GetState`), as a
-    // FairMQ device expects; paths with a service part are left alone (see `bare_path`).
-    let connector = tower::service_fn(move |_uri: http::Uri| async move {
-        let stream = tokio::net::TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        Ok::<_, std::io::Error>(TokioIo::new(BarePathIo::client(stream)))
-    });
-    let channel = endpoint.connect_with_connector_lazy(connector);
-    let runtime_alive = tokio::spawn(std::future::pending::<()>()).abort_handle();
-    // Two first calls racing both create a channel; the last one stays cached, the other
-    // serves its call and is dropped.
-    if let Some(old) = channels().insert(
-        addr,
-        Cached {
-            channel: channel.clone(),
-            runtime_alive,
-        },
-    ) {
-        old.runtime_alive.abort();
-    }
-    Ok(channel)
 }
 
 /// A channel that sends a variant's content type (tonic's client always writes
@@ -478,57 +504,6 @@ impl Service<http::Request<tonic::body::Body>> for VariantChannel {
         req.headers_mut()
             .insert(http::header::CONTENT_TYPE, self.content_type.clone());
         self.inner.call(req)
-    }
-}
-
-async fn unary<Req, Resp>(
-    addr: SocketAddr,
-    variant: Variant,
-    method: Method,
-    req: Req,
-    deadline: Duration,
-    call: &str,
-) -> Result<Resp, ControlError>
-where
-    Req: prost::Message + Serialize + Send + Sync + 'static,
-    Resp: prost::Message + DeserializeOwned + Default + Send + Sync + 'static,
-{
-    let deadline_error = || ControlError::Deadline {
-        addr,
-        call: call.to_string(),
-        deadline,
-    };
-    if deadline.is_zero() {
-        return Err(deadline_error());
-    }
-    let channel = channel_for(addr)?;
-    let svc = VariantChannel::new(channel, variant);
-    let fut = async move {
-        let mut grpc = Grpc::new(svc);
-        grpc.ready().await.map_err(|e| rpc_error(addr, call, e))?;
-        let mut request = tonic::Request::new(req);
-        request.set_timeout(deadline);
-        let path = method.path(variant);
-        let resp = match variant {
-            Variant::Protobuf => {
-                grpc.unary(
-                    request,
-                    path,
-                    tonic_prost::ProstCodec::<Req, Resp>::default(),
-                )
-                .await
-            }
-            Variant::Json => {
-                grpc.unary(request, path, JsonCodec::<Req, Resp>::default())
-                    .await
-            }
-        };
-        resp.map(|r| r.into_inner())
-            .map_err(|s| status_error(addr, call, s, Some(deadline)))
-    };
-    match tokio::time::timeout(deadline, fut).await {
-        Ok(r) => r,
-        Err(_) => Err(deadline_error()),
     }
 }
 

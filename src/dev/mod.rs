@@ -4,7 +4,9 @@
 //! Library entry points for tests, benchmarks and the demo: [`ensure_up`] (start or reuse,
 //! serialised by a file lock), [`client`], [`down`]; for fault tests, a private plane in a
 //! directory of its own ([`ensure_up_in`], [`down_in`]) whose apiserver can be stopped and
-//! started again ([`stop_apiserver`], [`start_apiserver`]).
+//! started again (`stop_apiserver`, `start_apiserver`). What only tests and benches use
+//! (those two, `fixtures`) is behind the `test-support` feature, which `cargo test` and
+//! `cargo bench` turn on (Cargo.toml's dev-dependency on this crate).
 
 pub mod addressing;
 pub mod binaries;
@@ -22,13 +24,14 @@ use std::process::ExitCode;
 
 pub mod sim_runner;
 
+/// Test and bench scaffolding: not part of a plain build.
+#[cfg(feature = "test-support")]
 pub mod fixtures;
 
 pub use error::{DevError, Result};
-pub use plane::{
-    ClusterInfo, client_for, current, down, down_in, ensure_up, ensure_up_in, start_apiserver,
-    stop_apiserver,
-};
+pub use plane::{ClusterInfo, client_for, current, down, down_in, ensure_up, ensure_up_in};
+#[cfg(feature = "test-support")]
+pub use plane::{start_apiserver, stop_apiserver};
 
 /// Default number of simulated nodes.
 pub const DEFAULT_NODES: u32 = 4;

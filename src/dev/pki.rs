@@ -93,8 +93,9 @@ pub fn generate() -> Result<Pki> {
     })
 }
 
-/// Write the files the components read into `dir` (keys mode 0600).
-/// Where [`write`] puts the files in `dir` (for restarting a component of a running plane).
+/// Where [`write`] puts the files in `dir` (for restarting a component of a running plane,
+/// which only fault tests do).
+#[cfg(feature = "test-support")]
 pub fn files(dir: &Path) -> PkiFiles {
     PkiFiles {
         ca_cert: dir.join("ca.crt"),
@@ -107,6 +108,7 @@ pub fn files(dir: &Path) -> PkiFiles {
     }
 }
 
+/// Write the files the components read into `dir` (keys mode 0600).
 pub fn write(pki: &Pki, dir: &Path) -> Result<PkiFiles> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(dir).ctx("creating the PKI directory", dir)?;

@@ -11,6 +11,7 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::OperatorArgs;
+use super::control_api::ControlClient;
 use super::pod::PodSettings;
 use crate::crd::{Task, TaskSet, TaskTemplate};
 
@@ -43,6 +44,8 @@ pub struct Ctx {
     pub calls: Arc<super::calls::Calls>,
     /// Live task state between transitions (followers of the task processes).
     pub live: Arc<super::live::Live>,
+    /// The task control client every caller uses (one policy, one channel cache).
+    pub control: ControlClient,
     /// Turns true once every watch has listed.
     pub(super) listed: tokio::sync::watch::Receiver<bool>,
 }

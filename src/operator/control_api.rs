@@ -1,7 +1,4 @@
 //! The one place the operator binds to the task control client (src/control/). Everything
 //! else in the operator calls these names only.
 
-pub use crate::control::{
-    ControlError, TaskEndpoint, event_stream, fairmq_launch_args, forget, get_state, state_stream,
-    transition,
-};
+pub use crate::control::{ControlClient, ControlError, TaskEndpoint, fairmq_launch_args};

@@ -19,7 +19,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::control_api::{self, ControlError, TaskEndpoint};
+use super::control_api::{ControlClient, ControlError, TaskEndpoint};
 use crate::crd::Task;
 use crate::plan::ControlMode;
 use crate::state::State;
@@ -137,15 +137,18 @@ pub struct Live {
     /// None while a call is in flight; the end of the last call otherwise.
     calls: DashMap<String, Option<Instant>>,
     wake: UnboundedSender<ObjectRef<Task>>,
+    /// The operator's control client (its policy and channel cache).
+    control: ControlClient,
 }
 
 impl Live {
-    pub fn new(wake: UnboundedSender<ObjectRef<Task>>) -> Live {
+    pub fn new(wake: UnboundedSender<ObjectRef<Task>>, control: ControlClient) -> Live {
         Live {
             followers: DashMap::new(),
             news: DashMap::new(),
             calls: DashMap::new(),
             wake,
+            control,
         }
     }
 
@@ -172,7 +175,7 @@ impl Live {
         tokio::spawn(async move {
             tokio::select! {
                 _ = stop.cancelled() => {}
-                _ = follow(ep, |seen| live.report(&uid, &task, seen)) => {}
+                _ = follow(&live.control, ep, |seen| live.report(&uid, &task, seen)) => {}
             }
             debug!(task = %task.name, "no longer following");
         });
@@ -249,12 +252,12 @@ const READ_DEADLINE: Duration = Duration::from_secs(3);
 /// Follows one task process until it reaches a final state: subscribes, reports what comes,
 /// and when the subscription ends reads the state (or finds the process gone), then
 /// subscribes again with backoff.
-async fn follow(ep: TaskEndpoint, report: impl Fn(Seen)) {
+async fn follow(control: &ControlClient, ep: TaskEndpoint, report: impl Fn(Seen)) {
     let mut backoff = BACKOFF_MIN;
     let mut lost_reported = false;
     loop {
         let opened = Instant::now();
-        let mut streams = subscriptions(ep);
+        let mut streams = subscriptions(control, ep);
         let mut failure = None;
         while let Some(item) = streams.next().await {
             match item {
@@ -275,7 +278,7 @@ async fn follow(ep: TaskEndpoint, report: impl Fn(Seen)) {
         if let Some(e) = &failure {
             debug!(addr = %ep.addr, error = %e, "live subscription failed");
         }
-        match control_api::get_state(&ep, READ_DEADLINE).await {
+        match control.get_state(&ep, READ_DEADLINE).await {
             Ok((s, _)) => {
                 lost_reported = false;
                 report(Seen::State(s));
@@ -290,7 +293,7 @@ async fn follow(ep: TaskEndpoint, report: impl Fn(Seen)) {
                     report(Seen::Lost(e.to_string()));
                 }
                 // The cached channel may hold a dead connection: a fresh one next time.
-                control_api::forget(&ep.addr);
+                control.forget(&ep.addr);
             }
             Err(e) => debug!(addr = %ep.addr, error = %e, "state read after the stream ended"),
         }
@@ -315,14 +318,17 @@ fn gone(e: &ControlError) -> bool {
 
 /// The mode's subscriptions, merged: they end together when one ends.
 fn subscriptions(
+    control: &ControlClient,
     ep: TaskEndpoint,
 ) -> futures::stream::BoxStream<'static, Result<Seen, ControlError>> {
-    let events = control_api::event_stream(&ep)
+    let events = control
+        .event_stream(&ep)
         .map(|r| r.map(Seen::Event))
         .chain(stream::once(async { Err(ended()) }));
     match ep.mode {
         ControlMode::Direct => {
-            let states = control_api::state_stream(&ep)
+            let states = control
+                .state_stream(&ep)
                 .map(|r| r.map(Seen::State))
                 .chain(stream::once(async { Err(ended()) }));
             // The first end (or failure) of either ends both.

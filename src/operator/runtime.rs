@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::context::Ctx;
+use super::control_api::ControlClient;
 use super::trim;
 use super::{Error, OperatorArgs, Result, env_controller, task_controller};
 use crate::crd::{Environment, Task, TaskSet, TaskTemplate, labels};
@@ -177,8 +178,11 @@ pub async fn run_controllers(
     });
     // A follower that sees a task change by itself wakes that task's reconcile.
     let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<Task>>();
+    // ENVBRIDGE_CONTROL_ALLOW_REMOTE is read here, once per start (docs/operator.md).
+    let control = ControlClient::from_env();
     let ctx = Arc::new(Ctx {
-        live: Arc::new(super::live::Live::new(wake_tx)),
+        live: Arc::new(super::live::Live::new(wake_tx, control.clone())),
+        control,
         calls: Arc::default(),
         listed: listed_rx,
         recorder: Recorder::new(client.clone(), reporter),
@@ -272,6 +276,7 @@ pub async fn run_controllers(
 
     info!(
         namespace = ns.unwrap_or("<all>"),
+        control_allow_remote = ctx.control.allow_remote(),
         "operator controllers running"
     );
     futures::join!(task_ctl, env_ctl);

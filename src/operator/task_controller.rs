@@ -15,7 +15,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::context::Ctx;
-use super::control_api::{self, TaskEndpoint};
+use super::control_api::{ControlClient, TaskEndpoint};
 use super::env_controller::set_condition;
 use super::hooks;
 use super::live;
@@ -340,7 +340,7 @@ async fn process_failed(
     view: &PodView,
 ) {
     ctx.live.unfollow(&task.uid().unwrap_or_default());
-    forget_endpoint(task);
+    forget_endpoint(task, &ctx.control);
     if !ended(st) {
         st.last_log = pod_story::termination_message(pod);
         st.pod_events = pod_story::warning_events(&ctx.client, pod).await;
@@ -434,7 +434,7 @@ async fn control(
             st.state = Some(State::Standby);
             st.message = None;
         } else {
-            match control_api::get_state(&ep, deadline).await {
+            match ctx.control.get_state(&ep, deadline).await {
                 Ok((state, _pid)) => {
                     ctx.verified.insert(task_uid.clone());
                     st.state = Some(state);
@@ -468,7 +468,7 @@ async fn control(
             }
         }
     }
-    transition(task, st, Some((&ep, &ctx.live)), deadline, protocol).await;
+    transition(task, st, Some((&ep, ctx)), deadline, protocol).await;
     if protocol && !ctx.args.no_live_state {
         follow_live(task, ctx, st, &ep).await;
     }
@@ -493,7 +493,7 @@ async fn follow_live(task: &Task, ctx: &Ctx, st: &mut TaskStatus, ep: &TaskEndpo
     {
         let read = {
             let _call = ctx.live.calling(&uid);
-            control_api::get_state(ep, LIVE_READ_DEADLINE).await
+            ctx.control.get_state(ep, LIVE_READ_DEADLINE).await
         };
         verdict = live::confirmed(current, &obs, read.as_ref().map(|(s, _)| *s))
             .unwrap_or(live::Verdict::Nothing);
@@ -708,7 +708,7 @@ pub const HOOK_RUN: &str = "envbridge.dev/hook-run";
 async fn transition(
     task: &Task,
     st: &mut TaskStatus,
-    ep: Option<(&TaskEndpoint, &live::Live)>,
+    ep: Option<(&TaskEndpoint, &Ctx)>,
     deadline: Duration,
     protocol: bool,
 ) {
@@ -743,7 +743,7 @@ async fn transition(
         st.transition = Some(done(TransitionPhase::Failed, msg));
         return;
     }
-    let (true, Some((ep, live))) = (protocol, ep) else {
+    let (true, Some((ep, ctx))) = (protocol, ep) else {
         st.state = Some(target);
         st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
         return;
@@ -754,8 +754,10 @@ async fn transition(
     };
     let uid = task.uid().unwrap_or_default();
     let result = {
-        let _call = live.calling(&uid);
-        control_api::transition(ep, from, event, &args, deadline).await
+        let _call = ctx.live.calling(&uid);
+        ctx.control
+            .transition(ep, from, event, &args, deadline)
+            .await
     };
     match result {
         Ok(reached) if reached == target => {
@@ -780,14 +782,14 @@ async fn transition(
 }
 
 /// Drops the control client's cached channel to a task whose process is gone.
-fn forget_endpoint(task: &Task) {
+fn forget_endpoint(task: &Task, control: &ControlClient) {
     let ip = task
         .status
         .as_ref()
         .and_then(|s| s.pod_ip.as_deref())
         .and_then(|ip| ip.parse::<IpAddr>().ok());
     if let Some(ip) = ip {
-        control_api::forget(&SocketAddr::new(ip, task.spec.task.control_port));
+        control.forget(&SocketAddr::new(ip, task.spec.task.control_port));
     }
 }
 
@@ -1090,7 +1092,7 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
     ctx.verified.remove(&uid);
     ctx.answered.remove(&uid);
     ctx.live.unfollow(&uid);
-    forget_endpoint(task);
+    forget_endpoint(task, &ctx.control);
     Ok(Action::await_change())
 }
 
@@ -1133,7 +1135,7 @@ async fn take_out(task: &Task, ctx: &Ctx, pod: &Pod) {
     let deadline = ctx.args.control_deadline(tref.timeout_seconds).min(budget);
     let steps = async {
         for event in take_out_events(at) {
-            match control_api::transition(&ep, at, *event, &[], deadline).await {
+            match ctx.control.transition(&ep, at, *event, &[], deadline).await {
                 Ok(reached) => at = reached,
                 Err(e) => {
                     warn!(task = %name, %event, error = %e, "taking the task out: refused; its pod goes anyway");

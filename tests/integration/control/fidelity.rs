@@ -7,7 +7,7 @@ use envbridge::control::client::VariantChannel;
 use envbridge::control::json::JsonCodec;
 use envbridge::control::pb;
 use envbridge::control::wire::{Method, Variant};
-use envbridge::control::{self, ControlError};
+use envbridge::control::{ControlClient, ControlError};
 use envbridge::plan::ControlMode;
 use envbridge::state::{Event, State};
 use futures::StreamExt;
@@ -60,6 +60,7 @@ async fn raw_transition(
 
 #[tokio::test]
 async fn direct_mode_answers_as_the_occ_library() {
+    let ctl = ControlClient::default();
     let sim = SimProc::start(&[], &[]).await;
     // Source-state mismatch: INVALID_ARGUMENT. Unknown or lower-case event: UNKNOWN.
     let e = raw_transition(&sim, Variant::Protobuf, "RUNNING", "STOP", DEADLINE)
@@ -86,12 +87,13 @@ async fn direct_mode_answers_as_the_occ_library() {
     assert_eq!(e.code(), tonic::Code::Unimplemented, "{e:?}");
     // EXIT: DONE, then the process ends and its port closes.
     let ep = sim.ep(ControlMode::Direct);
-    let at = control::transition(&ep, State::Standby, Event::Exit, &[], DEADLINE)
+    let at = ctl
+        .transition(&ep, State::Standby, Event::Exit, &[], DEADLINE)
         .await
         .unwrap();
     assert_eq!(at, State::Done);
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let e = control::get_state(&ep, DEADLINE).await.unwrap_err();
+    let e = ctl.get_state(&ep, DEADLINE).await.unwrap_err();
     assert!(
         matches!(
             e,
@@ -106,6 +108,7 @@ async fn direct_mode_answers_as_the_occ_library() {
 
 #[tokio::test]
 async fn fairmq_mode_answers_as_occlite() {
+    let ctl = ControlClient::default();
     let sim = SimProc::start(&["--mode", "fairmq"], &[]).await;
     // Mismatch: CANCELLED; unknown event (a run-control name): UNKNOWN.
     let e = raw_transition(&sim, Variant::Json, "READY", "RUN", DEADLINE)
@@ -134,7 +137,7 @@ async fn fairmq_mode_answers_as_occlite() {
         "{e:?}"
     );
     // No StateStream, no protobuf on full paths.
-    let mut s = control::state_stream(&sim.ep(ControlMode::Direct));
+    let mut s = ctl.state_stream(&sim.ep(ControlMode::Direct));
     let first = tokio::time::timeout(DEADLINE, s.next())
         .await
         .unwrap()
@@ -153,14 +156,13 @@ async fn fairmq_mode_answers_as_occlite() {
 
 #[tokio::test]
 async fn a_fairmq_device_that_fails_by_itself_sends_one_event_and_exits() {
+    let ctl = ControlClient::default();
     let sim = SimProc::start(&["--mode", "fairmq", "--fail-in", "RUNNING=500ms"], &[]).await;
     let ep = sim.ep(ControlMode::Fairmq);
-    let mut events = control::event_stream(&ep);
+    let mut events = ctl.event_stream(&ep);
     let mut at = State::Standby;
     for ev in [Event::Configure, Event::Start] {
-        at = control::transition(&ep, at, ev, &[], DEADLINE)
-            .await
-            .unwrap();
+        at = ctl.transition(&ep, at, ev, &[], DEADLINE).await.unwrap();
     }
     assert_eq!(at, State::Running);
     let first = tokio::time::timeout(DEADLINE, events.next())
@@ -175,7 +177,7 @@ async fn a_fairmq_device_that_fails_by_itself_sends_one_event_and_exits() {
         .expect("the end");
     assert!(rest.is_none() || rest.is_some_and(|r| r.is_err()));
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let e = control::get_state(&ep, DEADLINE).await.unwrap_err();
+    let e = ctl.get_state(&ep, DEADLINE).await.unwrap_err();
     assert!(
         matches!(
             e,

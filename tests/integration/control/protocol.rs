@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use envbridge::control::sim::{self, SimConfig, SimMode, Simulator};
-use envbridge::control::{self, ControlError, TaskEndpoint};
+use envbridge::control::{self, ControlClient, ControlError, TaskEndpoint};
 use envbridge::plan::ControlMode;
 use envbridge::state::{Event, State};
 use futures::StreamExt;
@@ -101,9 +101,10 @@ fn args(kv: &[(&str, &str)]) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn direct_lifecycle_configure_start_stop_reset() {
+    let ctl = ControlClient::default();
     let sim = SimProc::start(&["--mode", "direct", "--delay", "20ms"], &[]).await;
     let ep = sim.ep(ControlMode::Direct);
-    let (state, pid) = control::get_state(&ep, DEADLINE).await.unwrap();
+    let (state, pid) = ctl.get_state(&ep, DEADLINE).await.unwrap();
     assert_eq!(state, State::Standby);
     assert_eq!(Some(pid), sim.child.id());
 
@@ -118,11 +119,9 @@ async fn direct_lifecycle_configure_start_stop_reset() {
         (Event::Stop, State::Configured, vec![]),
         (Event::Reset, State::Standby, vec![]),
     ] {
-        at = control::transition(&ep, at, event, &a, DEADLINE)
-            .await
-            .unwrap();
+        at = ctl.transition(&ep, at, event, &a, DEADLINE).await.unwrap();
         assert_eq!(at, want, "after {event}");
-        assert_eq!(control::get_state(&ep, DEADLINE).await.unwrap().0, want);
+        assert_eq!(ctl.get_state(&ep, DEADLINE).await.unwrap().0, want);
     }
     // The simulator logged each event it received, once, in order.
     let got: Vec<String> = sim.lines_with("received transition");
@@ -131,12 +130,14 @@ async fn direct_lifecycle_configure_start_stop_reset() {
         assert!(line.contains(&format!("transition {ev} ")), "{line}");
     }
     // An event that does not apply is refused before anything is sent.
-    let e = control::transition(&ep, State::Standby, Event::Stop, &[], DEADLINE)
+    let e = ctl
+        .transition(&ep, State::Standby, Event::Stop, &[], DEADLINE)
         .await
         .unwrap_err();
     assert!(matches!(e, ControlError::NotApplicable { .. }), "{e}");
     // A wrong source state is the task's own refusal (INVALID_ARGUMENT), not a silent success.
-    let e = control::transition(&ep, State::Configured, Event::Start, &[], DEADLINE)
+    let e = ctl
+        .transition(&ep, State::Configured, Event::Start, &[], DEADLINE)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("state mismatch"), "{e}");
@@ -144,34 +145,39 @@ async fn direct_lifecycle_configure_start_stop_reset() {
 
 #[tokio::test]
 async fn fairmq_configure_is_the_multi_step_sequence_in_the_simulator_log() {
+    let ctl = ControlClient::default();
     let sim = SimProc::start(&["--mode", "fairmq", "--verbose"], &[]).await;
     let ep = sim.ep(ControlMode::Fairmq);
     assert_eq!(
-        control::get_state(&ep, DEADLINE).await.unwrap().0,
+        ctl.get_state(&ep, DEADLINE).await.unwrap().0,
         State::Standby
     );
     let a = args(&[
         ("chans.data.0.address", "tcp://*:5555"),
         ("chans.data.numSockets", "1"),
     ]);
-    let s = control::transition(&ep, State::Standby, Event::Configure, &a, DEADLINE)
+    let s = ctl
+        .transition(&ep, State::Standby, Event::Configure, &a, DEADLINE)
         .await
         .unwrap();
     assert_eq!(s, State::Configured);
-    let s = control::transition(
-        &ep,
-        s,
-        Event::Start,
-        &args(&[("run_number", "7")]),
-        DEADLINE,
-    )
-    .await
-    .unwrap();
-    assert_eq!(s, State::Running);
-    let s = control::transition(&ep, s, Event::Stop, &[], DEADLINE)
+    let s = ctl
+        .transition(
+            &ep,
+            s,
+            Event::Start,
+            &args(&[("run_number", "7")]),
+            DEADLINE,
+        )
         .await
         .unwrap();
-    let s = control::transition(&ep, s, Event::Reset, &[], DEADLINE)
+    assert_eq!(s, State::Running);
+    let s = ctl
+        .transition(&ep, s, Event::Stop, &[], DEADLINE)
+        .await
+        .unwrap();
+    let s = ctl
+        .transition(&ep, s, Event::Reset, &[], DEADLINE)
         .await
         .unwrap();
     assert_eq!(s, State::Standby);
@@ -219,13 +225,15 @@ async fn fairmq_configure_is_the_multi_step_sequence_in_the_simulator_log() {
 
 #[tokio::test]
 async fn injected_failure_fails_within_two_seconds_naming_the_event() {
+    let ctl = ControlClient::default();
     for (mode, cm) in [
         ("direct", ControlMode::Direct),
         ("fairmq", ControlMode::Fairmq),
     ] {
         let sim = SimProc::start(&["--mode", mode, "--fail-on", "CONFIGURE"], &[]).await;
         let t = Instant::now();
-        let e = control::transition(&sim.ep(cm), State::Standby, Event::Configure, &[], DEADLINE)
+        let e = ctl
+            .transition(&sim.ep(cm), State::Standby, Event::Configure, &[], DEADLINE)
             .await
             .unwrap_err();
         assert!(
@@ -238,7 +246,7 @@ async fn injected_failure_fails_within_two_seconds_naming_the_event() {
         assert!(msg.contains("ok=false"), "{mode}: {msg}");
         assert_eq!(e.reported_state(), Some(State::Error), "{mode}: {msg}");
         assert_eq!(
-            control::get_state(&sim.ep(cm), DEADLINE).await.unwrap().0,
+            ctl.get_state(&sim.ep(cm), DEADLINE).await.unwrap().0,
             State::Error
         );
     }
@@ -246,6 +254,7 @@ async fn injected_failure_fails_within_two_seconds_naming_the_event() {
 
 #[tokio::test]
 async fn failure_injection_is_read_from_the_pod_environment() {
+    let ctl = ControlClient::default();
     let sim = SimProc::start(
         &[],
         &[
@@ -255,10 +264,12 @@ async fn failure_injection_is_read_from_the_pod_environment() {
     )
     .await;
     let ep = sim.ep(ControlMode::Fairmq);
-    let s = control::transition(&ep, State::Standby, Event::Configure, &[], DEADLINE)
+    let s = ctl
+        .transition(&ep, State::Standby, Event::Configure, &[], DEADLINE)
         .await
         .unwrap();
-    let e = control::transition(&ep, s, Event::Start, &[], DEADLINE)
+    let e = ctl
+        .transition(&ep, s, Event::Start, &[], DEADLINE)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("START (FairMQ step RUN)"), "{e}");
@@ -266,14 +277,16 @@ async fn failure_injection_is_read_from_the_pod_environment() {
 
 #[tokio::test]
 async fn hanging_simulator_hits_the_deadline() {
+    let ctl = ControlClient::default();
     let sim = SimProc::start(&["--hang-on", "START"], &[]).await;
     let ep = sim.ep(ControlMode::Direct);
-    control::transition(&ep, State::Standby, Event::Configure, &[], DEADLINE)
+    ctl.transition(&ep, State::Standby, Event::Configure, &[], DEADLINE)
         .await
         .unwrap();
     let deadline = Duration::from_millis(500);
     let t = Instant::now();
-    let e = control::transition(&ep, State::Configured, Event::Start, &[], deadline)
+    let e = ctl
+        .transition(&ep, State::Configured, Event::Start, &[], deadline)
         .await
         .unwrap_err();
     let took = t.elapsed();
@@ -288,16 +301,18 @@ async fn hanging_simulator_hits_the_deadline() {
 
 #[tokio::test]
 async fn crashing_simulator_is_an_error_and_exits_non_zero() {
+    let ctl = ControlClient::default();
     let mut sim = SimProc::start(&["--crash-on", "CONFIGURE"], &[]).await;
-    let e = control::transition(
-        &sim.ep(ControlMode::Direct),
-        State::Standby,
-        Event::Configure,
-        &[],
-        DEADLINE,
-    )
-    .await
-    .unwrap_err();
+    let e = ctl
+        .transition(
+            &sim.ep(ControlMode::Direct),
+            State::Standby,
+            Event::Configure,
+            &[],
+            DEADLINE,
+        )
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("CONFIGURE"), "{e}");
     assert!(
         !e.is_deadline(),
@@ -312,9 +327,11 @@ async fn crashing_simulator_is_an_error_and_exits_non_zero() {
 
 #[tokio::test]
 async fn stuck_fairmq_step_is_rolled_back_with_reset_device() {
+    let ctl = ControlClient::default();
     let sim = SimProc::start(&["--mode", "fairmq", "--stuck-on", "BIND"], &[]).await;
     let ep = sim.ep(ControlMode::Fairmq);
-    let e = control::transition(&ep, State::Standby, Event::Configure, &[], DEADLINE)
+    let e = ctl
+        .transition(&ep, State::Standby, Event::Configure, &[], DEADLINE)
         .await
         .unwrap_err();
     let msg = e.to_string();
@@ -326,13 +343,14 @@ async fn stuck_fairmq_step_is_rolled_back_with_reset_device() {
             .contains("received transition RESET DEVICE in INITIALIZED")
     );
     assert_eq!(
-        control::get_state(&ep, DEADLINE).await.unwrap().0,
+        ctl.get_state(&ep, DEADLINE).await.unwrap().0,
         State::Standby
     );
 }
 
 #[tokio::test]
 async fn json_codec_round_trip_against_the_simulator() {
+    let ctl = ControlClient::default();
     use envbridge::control::json::JsonCodec;
     use envbridge::control::pb;
     use envbridge::control::wire::{Method, Variant};
@@ -375,7 +393,8 @@ async fn json_codec_round_trip_against_the_simulator() {
     );
     // As the real plugin, the device serves bare paths only: a protobuf call on the full
     // path (a direct-mode client) is UNIMPLEMENTED, and so is StateStream.
-    let e = control::get_state(&sim.ep(ControlMode::Direct), DEADLINE)
+    let e = ctl
+        .get_state(&sim.ep(ControlMode::Direct), DEADLINE)
         .await
         .unwrap_err();
     assert!(
@@ -392,13 +411,14 @@ async fn json_codec_round_trip_against_the_simulator() {
 
 #[tokio::test]
 async fn state_stream_notices_changes() {
+    let ctl = ControlClient::default();
     let sim = SimProc::start(&[], &[]).await;
     let ep = sim.ep(ControlMode::Direct);
     // As the OCC library: only later changes, never the current state on subscribe.
-    let mut states = control::state_stream(&ep);
+    let mut states = ctl.state_stream(&ep);
     let none = tokio::time::timeout(Duration::from_millis(300), states.next()).await;
     assert!(none.is_err(), "nothing before a change: {none:?}");
-    control::transition(&ep, State::Standby, Event::Configure, &[], DEADLINE)
+    ctl.transition(&ep, State::Standby, Event::Configure, &[], DEADLINE)
         .await
         .unwrap();
     let next = tokio::time::timeout(DEADLINE, states.next())
@@ -411,14 +431,14 @@ async fn state_stream_notices_changes() {
     // FairMQ has no StateStream: the client polls GetState (current state first).
     let fsim = SimProc::start(&["--mode", "fairmq"], &[]).await;
     let fep = fsim.ep(ControlMode::Fairmq);
-    let mut fstates = control::state_stream(&fep);
+    let mut fstates = ctl.state_stream(&fep);
     let first = tokio::time::timeout(DEADLINE, fstates.next())
         .await
         .unwrap()
         .unwrap()
         .unwrap();
     assert_eq!(first, State::Standby);
-    control::transition(&fep, State::Standby, Event::Configure, &[], DEADLINE)
+    ctl.transition(&fep, State::Standby, Event::Configure, &[], DEADLINE)
         .await
         .unwrap();
     let next = tokio::time::timeout(DEADLINE, fstates.next())
@@ -431,8 +451,10 @@ async fn state_stream_notices_changes() {
 
 #[tokio::test]
 async fn basic_mode_has_no_protocol() {
+    let ctl = ControlClient::default();
     let ep = TaskEndpoint::new("127.0.0.1:1".parse().unwrap(), ControlMode::Basic);
-    let e = control::transition(&ep, State::Standby, Event::Configure, &[], DEADLINE)
+    let e = ctl
+        .transition(&ep, State::Standby, Event::Configure, &[], DEADLINE)
         .await
         .unwrap_err();
     assert!(matches!(e, ControlError::NoProtocol { .. }));
@@ -441,6 +463,7 @@ async fn basic_mode_has_no_protocol() {
 
 #[tokio::test]
 async fn unreachable_task_is_an_error_naming_the_call() {
+    let ctl = ControlClient::default();
     // Bind then drop to get a port nobody listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -451,7 +474,7 @@ async fn unreachable_task_is_an_error_naming_the_call() {
         SocketAddr::from(([127, 0, 0, 1], port)),
         ControlMode::Direct,
     );
-    let e = control::get_state(&ep, DEADLINE).await.unwrap_err();
+    let e = ctl.get_state(&ep, DEADLINE).await.unwrap_err();
     assert!(matches!(e, ControlError::Rpc { .. }), "{e}");
     assert!(e.to_string().contains("GetState"), "{e}");
 }
@@ -483,6 +506,7 @@ async fn simulator_refuses_non_loopback_and_reports_a_taken_address() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tasks_transition_concurrently_in_process() {
+    let ctl = ControlClient::default();
     // 200 in-process simulators, 100 ms per transition: the client's calls to different
     // tasks overlap. Prints the figure; asserts only correctness.
     const N: usize = 200;
@@ -507,7 +531,7 @@ async fn many_tasks_transition_concurrently_in_process() {
         let t = Instant::now();
         let results = futures::future::join_all(
             eps.iter()
-                .map(|ep| control::transition(ep, from, event, &[], DEADLINE)),
+                .map(|ep| ctl.transition(ep, from, event, &[], DEADLINE)),
         )
         .await;
         let wall = t.elapsed();

@@ -5,7 +5,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use envbridge::control::{self, ControlError, TaskEndpoint};
+use envbridge::control::{ControlClient, ControlError, TaskEndpoint};
 use envbridge::dev::sim_runner::{self, SimRunnerArgs};
 use envbridge::plan::ControlMode;
 use envbridge::state::{Event, State};
@@ -72,12 +72,13 @@ fn free_port() -> u16 {
         .unwrap_or(47999)
 }
 
-async fn answers(ep: &TaskEndpoint) -> Option<State> {
-    control::get_state(ep, CALL).await.ok().map(|(s, _)| s)
+async fn answers(ctl: &ControlClient, ep: &TaskEndpoint) -> Option<State> {
+    ctl.get_state(ep, CALL).await.ok().map(|(s, _)| s)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_runner_serves_each_pod_and_stops_with_it() {
+    let ctl = ControlClient::default();
     let ns = TestNamespace::new("control-simrunner").await;
     let pods: Api<Pod> = ns.api();
     let port = free_port();
@@ -124,15 +125,17 @@ async fn sim_runner_serves_each_pod_and_stops_with_it() {
     }));
 
     let stfb = TaskEndpoint::new(SocketAddr::new(stfb_ip, port), ControlMode::Fairmq);
-    let s = wait_for("the stfb pod's simulator", WAIT, || answers(&stfb)).await;
+    let s = wait_for("the stfb pod's simulator", WAIT, || answers(&ctl, &stfb)).await;
     assert_eq!(s, State::Standby);
-    let s = control::transition(&stfb, s, Event::Configure, &[], CALL)
+    let s = ctl
+        .transition(&stfb, s, Event::Configure, &[], CALL)
         .await
         .unwrap();
     assert_eq!(s, State::Configured);
     // The pod's ENVBRIDGE_SIM_FAIL_ON=START reached its simulator.
     let t = Instant::now();
-    let e = control::transition(&stfb, s, Event::Start, &[], CALL)
+    let e = ctl
+        .transition(&stfb, s, Event::Start, &[], CALL)
         .await
         .unwrap_err();
     assert!(t.elapsed() < Duration::from_secs(2));
@@ -143,11 +146,12 @@ async fn sim_runner_serves_each_pod_and_stops_with_it() {
     drop(squatter);
     let readout = TaskEndpoint::new(SocketAddr::new(readout_ip, port), ControlMode::Direct);
     let s = wait_for("the readout pod's simulator after the retry", WAIT, || {
-        answers(&readout)
+        answers(&ctl, &readout)
     })
     .await;
     assert_eq!(s, State::Standby);
-    let s = control::transition(&readout, s, Event::Configure, &[], CALL)
+    let s = ctl
+        .transition(&readout, s, Event::Configure, &[], CALL)
         .await
         .unwrap();
     assert_eq!(s, State::Configured);
@@ -156,9 +160,9 @@ async fn sim_runner_serves_each_pod_and_stops_with_it() {
     pods.delete("readout", &DeleteParams::default())
         .await
         .unwrap();
-    control::forget(&readout.addr);
+    ctl.forget(&readout.addr);
     wait_for("the readout simulator to stop", WAIT, || async {
-        match control::get_state(&readout, CALL).await {
+        match ctl.get_state(&readout, CALL).await {
             Err(ControlError::Rpc { .. }) => Some(()),
             _ => None,
         }
@@ -168,10 +172,10 @@ async fn sim_runner_serves_each_pod_and_stops_with_it() {
     // Stopping the runner stops the simulators it started.
     stop_tx.send(()).unwrap();
     runner.await.unwrap().unwrap();
-    control::forget(&stfb.addr);
+    ctl.forget(&stfb.addr);
     assert!(
         matches!(
-            control::get_state(&stfb, CALL).await,
+            ctl.get_state(&stfb, CALL).await,
             Err(ControlError::Rpc { .. })
         ),
         "the stfb simulator outlived the runner"

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use envbridge::control::{TaskEndpoint, get_state};
+use envbridge::control::{ControlClient, TaskEndpoint};
 use envbridge::crd::Task;
 use envbridge::plan::ControlMode;
 use envbridge::server::pb;
@@ -262,12 +262,13 @@ async fn failures_between_transitions_reach_the_environment_and_watch_events() {
         .and_then(|s| s.pod_ip.clone())
         .expect("pod IP");
     let addr = SocketAddr::new(ip.parse().expect("ip"), readout.spec.task.control_port);
-    let (state, pid) = get_state(
-        &TaskEndpoint::new(addr, ControlMode::Direct),
-        Duration::from_secs(5),
-    )
-    .await
-    .expect("GetState of the readout simulator");
+    let (state, pid) = ControlClient::default()
+        .get_state(
+            &TaskEndpoint::new(addr, ControlMode::Direct),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("GetState of the readout simulator");
     assert_eq!(state.to_string(), "RUNNING");
     assert!(pid > 1);
     let killed = Instant::now();
