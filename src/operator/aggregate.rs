@@ -230,6 +230,19 @@ mod tests {
         aggregate(desired, tr, &refs, expected)
     }
 
+    /// The transition status `tasks` add up to for `req`.
+    fn outcome(
+        tasks: &[Task],
+        expected: usize,
+        req: &TransitionRequest,
+        desired: State,
+    ) -> (TransitionPhase, String) {
+        let t = agg(tasks, expected, Some(req), desired)
+            .transition
+            .expect("a transition status");
+        (t.phase, t.message)
+    }
+
     fn configure(id: &str) -> TransitionRequest {
         TransitionRequest {
             id: id.into(),
@@ -324,38 +337,20 @@ mod tests {
             task("a", true, c, Some(("t1", Succeeded, ""))),
             task("b", true, c, Some(("t0", Succeeded, ""))),
         ];
-        assert_eq!(
-            agg(&tasks, 2, Some(&req), State::Configured)
-                .transition
-                .unwrap()
-                .phase,
-            Running
-        );
+        assert_eq!(outcome(&tasks, 2, &req, State::Configured).0, Running);
         // A non-critical task still on its way holds the outcome back (its failure is to be
         // reported with it)...
         let tasks = [
             task("a", true, c, Some(("t1", Succeeded, ""))),
             task("b", false, Some(State::Standby), None),
         ];
-        assert_eq!(
-            agg(&tasks, 2, Some(&req), State::Configured)
-                .transition
-                .unwrap()
-                .phase,
-            Running
-        );
+        assert_eq!(outcome(&tasks, 2, &req, State::Configured).0, Running);
         // ... but does not fail it.
         let tasks = [
             task("a", true, c, Some(("t1", Succeeded, ""))),
             task("b", false, Some(State::Error), Some(("t1", Failed, "x"))),
         ];
-        assert_eq!(
-            agg(&tasks, 2, Some(&req), State::Configured)
-                .transition
-                .unwrap()
-                .phase,
-            Succeeded
-        );
+        assert_eq!(outcome(&tasks, 2, &req, State::Configured).0, Succeeded);
         let tasks = [
             task(
                 "a",
@@ -365,20 +360,17 @@ mod tests {
             ),
             task("b", true, Some(State::Standby), None),
         ];
-        let tr = agg(&tasks, 2, Some(&req), State::Configured)
-            .transition
-            .unwrap();
         assert_eq!(
-            (tr.phase, tr.message.as_str()),
-            (Failed, "task a (node flp001): ok=false from server")
+            outcome(&tasks, 2, &req, State::Configured),
+            (
+                Failed,
+                "task a (node flp001): ok=false from server".to_string()
+            )
         );
         let tasks = [task("a", true, Some(State::Error), None)];
-        let tr = agg(&tasks, 1, Some(&req), State::Configured)
-            .transition
-            .unwrap();
         assert_eq!(
-            (tr.phase, tr.message.as_str()),
-            (Failed, "task a (node flp001): a broke")
+            outcome(&tasks, 1, &req, State::Configured),
+            (Failed, "task a (node flp001): a broke".to_string())
         );
     }
 
@@ -394,10 +386,8 @@ mod tests {
             task("a", true, Some(State::Error), Some(("c1", Failed, "x"))),
             task("b", true, Some(State::Standby), None),
         ];
-        let tr = agg(&before, 2, Some(&recover), State::Standby)
-            .transition
-            .unwrap();
-        assert_eq!(tr.phase, Running, "{}", tr.message);
+        let (phase, message) = outcome(&before, 2, &recover, State::Standby);
+        assert_eq!(phase, Running, "{message}");
         let after = [
             task(
                 "a",
@@ -407,12 +397,9 @@ mod tests {
             ),
             task("b", true, Some(State::Standby), None),
         ];
-        let tr = agg(&after, 2, Some(&recover), State::Standby)
-            .transition
-            .unwrap();
         assert_eq!(
-            (tr.phase, tr.message.as_str()),
-            (Failed, "task a (node flp001): still broken")
+            outcome(&after, 2, &recover, State::Standby),
+            (Failed, "task a (node flp001): still broken".to_string())
         );
     }
 

@@ -290,18 +290,31 @@ impl Browser {
 
     /// The element `css` selects, waiting up to `within` for it.
     pub async fn find(&self, css: &str, within: Duration) -> String {
-        let started = Instant::now();
-        loop {
-            if let Some(v) = self
+        self.until(css, within, async || {
+            let v = self
                 .try_wd(
                     "POST",
                     &self.s("/element"),
                     json!({ "using": "css selector", "value": css }),
                 )
-                .await
-                && let Some(id) = v[ELEMENT].as_str()
-            {
-                return id.to_string();
+                .await?;
+            v[ELEMENT].as_str().map(str::to_string)
+        })
+        .await
+    }
+
+    /// `attempt`'s answer, asked again every 100 ms for up to `within`; then the test fails
+    /// naming `css` and showing what the page says.
+    async fn until<T>(
+        &self,
+        css: &str,
+        within: Duration,
+        mut attempt: impl AsyncFnMut() -> Option<T>,
+    ) -> T {
+        let started = Instant::now();
+        loop {
+            if let Some(v) = attempt().await {
+                return v;
             }
             if started.elapsed() > within {
                 let body = self
@@ -342,26 +355,16 @@ impl Browser {
     /// The visible text of the element `css` selects, waiting up to 20 s for it. Read in one
     /// script, so a page that replaces the element meanwhile cannot leave a stale reference.
     pub async fn text(&self, css: &str) -> String {
-        let within = Duration::from_secs(20);
-        let started = Instant::now();
-        loop {
+        self.until(css, Duration::from_secs(20), async || {
             let v = self
                 .js(
                     "const e = document.querySelector(arguments[0]); return e ? e.innerText : null",
                     json!([css]),
                 )
                 .await;
-            if let Some(t) = v.as_str() {
-                return t.to_string();
-            }
-            if started.elapsed() > within {
-                let body = self
-                    .js("return document.body.innerText.slice(0, 3000)", json!([]))
-                    .await;
-                panic!("no element {css} within {within:?}; the page says:\n{body}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            v.as_str().map(str::to_string)
+        })
+        .await
     }
 
     /// Writes a screenshot of the window to `<shots>/<name>.png`.
