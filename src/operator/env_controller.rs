@@ -100,12 +100,7 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
         .any(|c| c.type_ == COND_CREATED && c.status == "True" && c.message.ends_with(&digest));
     let env_uid = env.uid().unwrap_or_default();
     // This environment's Tasks as stored (by the index), owned by this very Environment.
-    let own = || -> Vec<Arc<Task>> {
-        ctx.tasks_of(&ns, &name)
-            .into_iter()
-            .filter(|t| t.owner_references().iter().any(|o| o.uid == env_uid))
-            .collect()
-    };
+    let own = || own_tasks(ctx, &env);
 
     // The calls triggered before the deployment run, and those awaited there end, before the
     // first Tasks are written; a critical one that failed stops the deployment, named.
@@ -157,7 +152,18 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
             .collect();
         let mine_now: Vec<&Task> = stored.iter().map(|t| t.as_ref()).collect();
         let writes = task_writes(wanted, &mine_now, created_before);
-        write_tasks(ctx, &ns, &name, writes).await?;
+        // A long write (a transition reaching thousands of Tasks) stops now and then to
+        // write the status: the first Tasks' failures show while the last are written.
+        let progress = Progress {
+            ctx,
+            api,
+            env: &env,
+            refs: &refs,
+            has_hooks,
+            status: &status,
+            shown: old.clone(),
+        };
+        write_tasks(ctx, &ns, &name, writes, progress).await?;
         let msg = format!("{} tasks created from TaskSets {digest}", refs.len());
         set_condition(
             &mut status.conditions,
@@ -232,8 +238,58 @@ fn summarize(
     };
 }
 
-/// Writes (server-side apply, a few at once) and deletes what `task_writes` decided.
-async fn write_tasks(ctx: &Ctx, ns: &str, env: &str, writes: TaskWrites) -> Result<()> {
+/// The environment's Tasks as stored (by the index), owned by this very Environment.
+fn own_tasks(ctx: &Ctx, env: &Environment) -> Vec<Arc<Task>> {
+    let uid = env.uid().unwrap_or_default();
+    ctx.tasks_of(&env.namespace().unwrap_or_default(), &env.name_any())
+        .into_iter()
+        .filter(|t| t.owner_references().iter().any(|o| o.uid == uid))
+        .collect()
+}
+
+/// What a long write of Tasks shows meanwhile: the status so far, summarized again from
+/// the Tasks as they stand.
+struct Progress<'a> {
+    ctx: &'a Ctx,
+    api: &'a Api<Environment>,
+    env: &'a Environment,
+    refs: &'a [TaskRef],
+    has_hooks: bool,
+    status: &'a EnvironmentStatus,
+    /// The status last written.
+    shown: EnvironmentStatus,
+}
+
+impl Progress<'_> {
+    async fn show(&mut self) -> Result<()> {
+        let mut now = self.status.clone();
+        let tasks = own_tasks(self.ctx, self.env);
+        summarize(
+            self.ctx,
+            self.env,
+            self.refs,
+            &tasks,
+            self.has_hooks,
+            &mut now,
+        );
+        write_status(self.ctx, self.api, self.env, &self.shown, now.clone()).await?;
+        self.shown = now;
+        Ok(())
+    }
+}
+
+/// How often a long write of Tasks stops to show its progress (`write_tasks`).
+const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+
+/// Writes (server-side apply, a few at once) and deletes what `task_writes` decided,
+/// showing `progress` every [`PROGRESS_EVERY`] while the writes go on.
+async fn write_tasks(
+    ctx: &Ctx,
+    ns: &str,
+    env: &str,
+    writes: TaskWrites,
+    mut progress: Progress<'_>,
+) -> Result<()> {
     let TaskWrites {
         apply: writes,
         delete: stale,
@@ -241,7 +297,7 @@ async fn write_tasks(ctx: &Ctx, ns: &str, env: &str, writes: TaskWrites) -> Resu
     let total = writes.len();
     let task_api: Api<Task> = Api::namespaced(ctx.client.clone(), ns);
     let pp = PatchParams::apply(FIELD_MANAGER).force();
-    stream::iter(writes)
+    let mut pending = stream::iter(writes)
         .map(|t| {
             let api = task_api.clone();
             let pp = pp.clone();
@@ -252,9 +308,20 @@ async fn write_tasks(ctx: &Ctx, ns: &str, env: &str, writes: TaskWrites) -> Resu
                     .map_err(|e| Error::kube("apply", "Task", ns, &tname, e))
             }
         })
-        .buffer_unordered(ctx.args.apply_concurrency.max(1))
-        .try_for_each(|_| async { Ok(()) })
-        .await?;
+        .buffer_unordered(ctx.args.apply_concurrency.max(1));
+    let start = tokio::time::Instant::now() + PROGRESS_EVERY;
+    let mut tick = tokio::time::interval_at(start, PROGRESS_EVERY);
+    loop {
+        tokio::select! {
+            written = pending.next() => match written {
+                Some(r) => {
+                    r?;
+                }
+                None => break,
+            },
+            _ = tick.tick() => progress.show().await?,
+        }
+    }
     for t in &stale {
         delete_ignore_missing(&task_api, t, "Task", ns).await?;
     }
