@@ -96,16 +96,9 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// The `unix_ms` of the simulator's last "moves itself ... to ERROR" log line.
+/// The `unix_ms` of the simulator's last change by itself, from its log file.
 fn sim_change_ms(log: &Path) -> Result<u64, String> {
     let text = std::fs::read_to_string(log).map_err(|e| format!("{}: {e}", log.display()))?;
-    // The last one: a log file of a pod of the same name from an earlier run is appended to.
-    text.lines()
-        .rev()
-        .filter(|l| l.contains("moves itself"))
-        .find_map(|l| {
-            let v = l.split("unix_ms=").nth(1)?;
-            v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
-        })
+    envbridge::control::sim::last_self_error_ms(&text)
         .ok_or_else(|| format!("{}: no self-inflicted change logged", log.display()))
 }

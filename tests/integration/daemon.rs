@@ -21,6 +21,8 @@ mod live;
 mod plane;
 #[path = "daemon/sim.rs"]
 mod sim;
+#[path = "daemon/stack.rs"]
+mod stack;
 #[path = "daemon/trust.rs"]
 mod trust;
 #[path = "daemon/web.rs"]

@@ -10,13 +10,20 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::Child;
 use super::dashboard::{ADMIN, synthetic_env, synthetic_task, tokens};
 use super::fixture::{self, Daemon, fixed_ns};
+use super::stack::Stack;
 use super::web::{Browser, CutProxy, require_chromium};
 use crate::support::{self, TestNamespace};
 
 /// Generous: the figure is printed; the benchmark measures the live path itself.
+/// Marks the page (a reload would drop the mark) and notes when a failing row first appears
+/// (`window.__failSeenAt`).
+const WATCH_FAILING: &str = "window.__sameDocument = 'yes';
+     new MutationObserver(() => {
+       if (!window.__failSeenAt && document.querySelector('.row.task.failing')) window.__failSeenAt = Date.now();
+     }).observe(document.body, {subtree: true, childList: true, attributes: true});
+     return 1";
 const FAILURE_SEEN_WITHIN: Duration = Duration::from_secs(30);
 const STEP: Duration = Duration::from_secs(90);
 /// The simulator fails this long after RUNNING (the first run is STOPped before that: its
@@ -32,35 +39,8 @@ async fn dashboard_in_a_real_browser_drives_an_environment_and_shows_a_failure_l
     let id = format!("dash{suffix}");
     let ports = 56000 + (u16::from_str_radix(&suffix[..4], 16).unwrap_or(0) % 90) * 100;
 
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
-    envbridge::install::crds(&ns.client).await.expect("CRDs");
-    envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
-        .await
-        .expect("TaskTemplates");
-    let logs = tempfile::tempdir().expect("log dir");
-    let selector =
-        format!("app.kubernetes.io/managed-by=envbridge,envbridge.dev/environment in ({id})");
-    let _sim = Child(
-        std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
-            .args(["dev", "sim-runner", "--selector", &selector])
-            .arg("--kubeconfig")
-            .arg(&ns.info.kubeconfig)
-            .arg("--log-dir")
-            .arg(logs.path())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("sim-runner"),
-    );
-    let operator = fixture::Operator::start(ns.client.clone(), &ns.name);
-    let mut cfg = fixed_ns(&ns.name);
-    cfg.tasks_dir = root.join("control-workflows/tasks");
-    cfg.workflows_dir = root.join("control-workflows/workflows");
-    cfg.defaults_files = vec![root.join("site/local.yaml")];
-    cfg.control_ports = ports..=ports + 49;
-    cfg.tcp_ports = ports + 50..=ports + 99;
-    let renderer = envbridge::bridge::render::renderer(&cfg);
-    let d = Daemon::start_with_tokens(ns.client.clone(), cfg, renderer, Some(tokens())).await;
+    let stack = Stack::start(&ns, &[&id], ports, Some(tokens())).await;
+    let d = &stack.daemon;
     let base = format!("http://{}", d.http);
 
     let b = Browser::start().await;
@@ -106,15 +86,7 @@ async fn dashboard_in_a_real_browser_drives_an_environment_and_shows_a_failure_l
     b.find("#env-state[data-state=STANDBY]", STEP).await;
     // From here on the page is never reloaded: a reload would drop this mark. The observer
     // notes when a failing row first appears.
-    b.js(
-        "window.__sameDocument = 'yes';
-         new MutationObserver(() => {
-           if (!window.__failSeenAt && document.querySelector('.row.task.failing')) window.__failSeenAt = Date.now();
-         }).observe(document.body, {subtree: true, childList: true, attributes: true});
-         return 1",
-        json!([]),
-    )
-    .await;
+    b.js(WATCH_FAILING, json!([])).await;
     let rows = b
         .js(
             "return document.querySelectorAll('.row.task').length",
@@ -175,7 +147,7 @@ async fn dashboard_in_a_real_browser_drives_an_environment_and_shows_a_failure_l
         "failing tasks come first: {failing}"
     );
     assert_ne!(failing["bg"], "rgba(0, 0, 0, 0)", "highlighted: {failing}");
-    let changed = sim_change_ms(&logs.path().join(format!("{}_{task}.log", ns.name)));
+    let changed = sim_change_ms(&stack.logs.path().join(format!("{}_{task}.log", ns.name)));
     let seen = seen_at.as_i64().expect("seen time") as u64;
     let latency = seen.saturating_sub(changed);
     eprintln!(
@@ -239,8 +211,7 @@ async fn dashboard_in_a_real_browser_drives_an_environment_and_shows_a_failure_l
         b.shots.display()
     );
     drop(b);
-    operator.stop().await;
-    drop(d);
+    stack.stop().await;
 }
 
 /// Waits for an `Audit` Event whose note starts with `prefix`.
@@ -279,16 +250,10 @@ async fn transition(b: &Browser, event: &str, run: Option<&str>, target: &str) {
     text_where(b, "#action-done", |t| t.starts_with(&prefix)).await;
 }
 
-/// The `unix_ms` of the simulator's last "moves itself ... to ERROR" log line.
+/// The `unix_ms` of the simulator's last change by itself, from its log file.
 fn sim_change_ms(log: &Path) -> u64 {
     let text = std::fs::read_to_string(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
-    text.lines()
-        .rev()
-        .filter(|l| l.contains("moves itself"))
-        .find_map(|l| {
-            let v = l.split("unix_ms=").nth(1)?;
-            v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
-        })
+    envbridge::control::sim::last_self_error_ms(&text)
         .unwrap_or_else(|| panic!("{}: no self-inflicted change logged", log.display()))
 }
 
@@ -345,15 +310,7 @@ async fn dashboard_with_2000_tasks_renders_only_what_is_visible_and_updates_in_p
     );
 
     // One task fails: its row comes first, highlighted, in place.
-    b.js(
-        "window.__sameDocument = 'yes';
-         new MutationObserver(() => {
-           if (!window.__failSeenAt && document.querySelector('.row.task.failing')) window.__failSeenAt = Date.now();
-         }).observe(document.body, {subtree: true, childList: true, attributes: true});
-         return 1",
-        json!([]),
-    )
-    .await;
+    b.js(WATCH_FAILING, json!([])).await;
     let sent = unix_ms();
     r.apply_task(task(1234, State::Error, Some("boom: injected")));
     b.find(".row.task.failing[data-task=big-task-1234]", STEP)

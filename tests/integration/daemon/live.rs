@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use envbridge::control::{ControlClient, TaskEndpoint};
@@ -15,74 +14,13 @@ use envbridge::server::pb;
 use futures::StreamExt;
 use kube::Api;
 
-use super::fixture::{self, Daemon, fixed_ns};
-use super::{Child, transition};
+use super::fixture;
+use super::stack::Stack;
+use super::transition;
 use crate::support::{self, TestNamespace};
 
 /// How long a live failure may take to show in the test (the benchmark measures the figure).
 const SEEN_WITHIN: Duration = Duration::from_secs(20);
-
-struct Stack {
-    _sim: Child,
-    logs: tempfile::TempDir,
-    operator: fixture::Operator,
-    daemon: Daemon,
-}
-
-impl Stack {
-    async fn start(ns: &TestNamespace, ids: &[&str], ports: u16) -> Stack {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
-        envbridge::install::crds(&ns.client).await.expect("CRDs");
-        envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
-            .await
-            .expect("TaskTemplates");
-        let logs = tempfile::tempdir().expect("log dir");
-        // One process per simulator (not --in-process): the test kills one.
-        let selector = format!(
-            "app.kubernetes.io/managed-by=envbridge,envbridge.dev/environment in ({})",
-            ids.join(",")
-        );
-        let sim = Child(
-            std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
-                .args(["dev", "sim-runner", "--selector", &selector])
-                .arg("--kubeconfig")
-                .arg(&ns.info.kubeconfig)
-                .arg("--log-dir")
-                .arg(logs.path())
-                // The simulators log every argument they receive.
-                .env("RUST_LOG", "info,envbridge::control::sim=debug")
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .expect("sim-runner"),
-        );
-        let operator = fixture::Operator::start(ns.client.clone(), &ns.name);
-        let mut cfg = fixed_ns(&ns.name);
-        cfg.tasks_dir = root.join("control-workflows/tasks");
-        cfg.workflows_dir = root.join("control-workflows/workflows");
-        cfg.defaults_files = vec![root.join("site/local.yaml")];
-        cfg.control_ports = ports..=ports + 49;
-        cfg.tcp_ports = ports + 50..=ports + 99;
-        let renderer = envbridge::bridge::render::renderer(&cfg);
-        let daemon = Daemon::start(ns.client.clone(), cfg, renderer).await;
-        Stack {
-            _sim: sim,
-            logs,
-            operator,
-            daemon,
-        }
-    }
-
-    async fn stop(self) {
-        self.operator.stop().await;
-    }
-
-    /// What the simulator of `task` logged (its pod's log file).
-    fn sim_log(&self, ns: &str, task: &str) -> String {
-        std::fs::read_to_string(self.logs.path().join(format!("{ns}_{task}.log")))
-            .unwrap_or_default()
-    }
-}
 
 fn create(id: &str, extra: &[(&str, &str)]) -> pb::CreateEnvironmentRequest {
     let mut variables = HashMap::from([("hosts".to_string(), r#"["flp001","flp002"]"#.into())]);
@@ -151,7 +89,7 @@ async fn failures_between_transitions_reach_the_environment_and_watch_events() {
     let suffix = support::random_suffix();
     let (self_id, kill_id) = (format!("self{suffix}"), format!("kill{suffix}"));
     let ports = 54000 + (u16::from_str_radix(&suffix[..4], 16).unwrap_or(0) % 100) * 100;
-    let stack = Stack::start(&ns, &[&self_id, &kill_id], ports).await;
+    let stack = Stack::start(&ns, &[&self_id, &kill_id], ports, None).await;
     let mut api = stack.daemon.client().await;
     let mut events = api
         .watch_events(pb::WatchEventsRequest {
