@@ -66,7 +66,8 @@ pub async fn crds(client: &Client) -> Result<(), InstallError> {
     Ok(())
 }
 
-/// Read every TaskTemplate in `dir` (`*.yaml`, several documents per file allowed).
+/// Read every TaskTemplate in `dir` (`*.yaml`, several documents per file allowed; the
+/// directory's kustomization.yaml, which lists them for `kubectl apply -k`, is not one).
 pub fn read_task_templates(dir: &Path) -> Result<Vec<TaskTemplate>, InstallError> {
     let read = |path: &Path| {
         std::fs::read_to_string(path).map_err(|source| InstallError::Read {
@@ -81,6 +82,7 @@ pub fn read_task_templates(dir: &Path) -> Result<Vec<TaskTemplate>, InstallError
         })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .filter(|p| p.file_stem().is_none_or(|s| s != "kustomization"))
         .collect();
     files.sort();
     let mut out = Vec::new();

@@ -51,6 +51,9 @@ pub enum Command {
     Render(render::RenderArgs),
     /// Task container logs with timestamps (--follow resumes across dropped streams).
     Logs(logs::LogsArgs),
+    /// A pod's sandbox process (the local plane's pause image): waits for SIGTERM.
+    #[command(hide = true)]
+    Pause,
 }
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -65,7 +68,24 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Render(args) => render::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Logs(args) => logs::run(args),
+        Command::Pause => pause(),
     }
+}
+
+/// Sleep until SIGTERM or SIGINT, reaping nothing (the sandbox's children are its own).
+fn pause() -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(envbridge::signal::shutdown_signal());
+    ExitCode::SUCCESS
 }
 
 /// Runs a client command's future on a small runtime; an error becomes `error: ...` on stderr

@@ -8,6 +8,9 @@
 //!   254 pod IPs each; hostNetwork pods get the node's InternalIP)
 //! - service cluster-IP range: 127.2.0.0/16, data only: nothing ever dials it
 //! - kwok's fallback pod CIDR / node IP (used only for nodes we did not create): 127.127.255.0/24
+//! - real node r (1-based, a kubelet and a containerd of its own): realNNN, InternalIP
+//!   127.3.B.r, B = the plane's block (from its state directory, so that two planes' real
+//!   nodes never share an address); its pods are host-network pods on that address
 
 use std::net::Ipv4Addr;
 
@@ -23,6 +26,51 @@ pub const FALLBACK_NODE_IP: &str = "127.127.254.1";
 pub const HOST_LABEL: &str = "envbridge.dev/host";
 /// Label kwok selects its managed nodes by.
 pub const KWOK_NODE_LABEL: (&str, &str) = ("type", "kwok");
+
+/// Label saying whether a node runs containers: `real` (a kubelet) or `simulated` (kwok).
+pub const NODE_KIND_LABEL: &str = "envbridge.dev/node-kind";
+pub const NODE_KIND_REAL: &str = "real";
+pub const NODE_KIND_SIMULATED: &str = "simulated";
+/// Real nodes one plane runs at most: each is a kubelet (~90 MiB) and a containerd.
+pub const MAX_REAL_NODES: u32 = 32;
+
+/// Short host name of real node `r` (1-based): real001 ...
+pub fn real_host_name(r: u32) -> String {
+    format!("real{r:03}")
+}
+
+/// Kubernetes Node name of real node `r`: real001.cluster.local.
+pub fn real_node_name(r: u32) -> String {
+    format!("{}.cluster.local", real_host_name(r))
+}
+
+/// Loopback InternalIP of real node `r` (1-based) of the plane with block `block`:
+/// 127.3.block.r.
+pub fn real_node_ip(block: u8, r: u32) -> Option<Ipv4Addr> {
+    if r == 0 || r > MAX_REAL_NODES {
+        return None;
+    }
+    Some(Ipv4Addr::new(127, 3, block, u8::try_from(r).ok()?))
+}
+
+/// The address block of the plane whose state lives in `dir`: stable for a directory,
+/// different (but for a 1-in-250 chance) between two.
+pub fn real_block(dir: &std::path::Path) -> u8 {
+    let h = blake3::hash(dir.as_os_str().as_encoded_bytes());
+    h.as_bytes()[0] % 250
+}
+
+/// Whether `ip` is a real node's address (its host-network pods have it): the sim-runner
+/// leaves those pods to their kubelet.
+pub fn is_real_node_ip(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            let o = v4.octets();
+            o[0] == 127 && o[1] == 3
+        }
+        std::net::IpAddr::V6(_) => false,
+    }
+}
 
 /// Short host name of node `n` (1-based): flp001, ..., flp999, flp1000 ...
 pub fn host_name(n: u32) -> String {
@@ -69,6 +117,24 @@ pub fn node_index(name: &str) -> Option<u32> {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn real_nodes_have_their_own_names_and_block() {
+        assert_eq!(real_node_name(2), "real002.cluster.local");
+        assert_eq!(real_node_ip(7, 2), Some(Ipv4Addr::new(127, 3, 7, 2)));
+        assert_eq!(real_node_ip(0, 0), None);
+        assert_eq!(real_node_ip(0, MAX_REAL_NODES + 1), None);
+        let b = real_block(std::path::Path::new("/s/dev"));
+        assert_eq!(b, real_block(std::path::Path::new("/s/dev")));
+        assert!(b < 250);
+        assert!(is_real_node_ip("127.3.9.2".parse().unwrap()));
+        assert!(!is_real_node_ip("127.1.0.2".parse().unwrap()));
+        // Never a kwok node's address nor the service range.
+        for n in [1, 250, 251, MAX_NODES] {
+            assert!(!is_real_node_ip(node_ip(n).unwrap().into()));
+        }
+        assert_eq!(node_index(&real_node_name(1)), None);
+    }
 
     #[test]
     fn names_are_zero_padded_fqdns() {

@@ -135,34 +135,115 @@ pub fn ensure_built() -> Result<Binaries> {
 }
 
 fn build(root: &Path, dir: &Path) -> Result<()> {
+    let src = write_module(root)?;
+    // Not with_extension: the key itself contains dots (v0.8.0).
+    let tmp = fresh_dir(&dir.with_file_name(format!("{KEY}.partial")))?;
+    let log = dir.with_file_name(format!("{KEY}.build.log"));
+    let pkgs: Vec<&str> = PACKAGES.iter().map(|(pkg, _)| *pkg).collect();
+    let start = Instant::now();
+    go_build(
+        &GoBuild {
+            src: &src,
+            packages: &pkgs,
+            out: &tmp,
+            log: &log,
+            cgo: false,
+            tags: "",
+        },
+        &format!(
+            "Kubernetes {K8S_VERSION}, etcd {ETCD_VERSION}, kwok {KWOK_VERSION} into {} \
+             (first time on a machine: ~12 min on 2 cores)",
+            dir.display()
+        ),
+    )?;
+    let server = tmp.join("server");
+    if server.exists() {
+        std::fs::rename(&server, tmp.join("etcd")).ctx("renaming", &server)?;
+    }
+    if !Binaries::in_dir(&tmp).complete() {
+        return Err(DevError::Build(format!(
+            "`go build` succeeded but {} lacks a binary",
+            tmp.display()
+        )));
+    }
+    move_into_place(&tmp, dir)?;
+    eprintln!(
+        "envbridge: built the control plane binaries in {:.0?}",
+        start.elapsed()
+    );
+    Ok(())
+}
+
+/// The plane's Go module written under the cache root (also where a real node's kubelet is
+/// built from: one module graph for every Kubernetes binary).
+pub(crate) fn write_module(root: &Path) -> Result<PathBuf> {
     let src = root.join("gobuild").join(KEY);
     std::fs::create_dir_all(&src).ctx("creating", &src)?;
     std::fs::write(src.join("go.mod"), GO_MOD).ctx("writing", src.join("go.mod"))?;
     std::fs::write(src.join("go.sum"), GO_SUM).ctx("writing", src.join("go.sum"))?;
-    // Not with_extension: the key itself contains dots (v0.8.0).
-    let tmp = dir.with_file_name(format!("{KEY}.partial"));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).ctx("removing", &tmp)?;
-    }
-    std::fs::create_dir_all(&tmp).ctx("creating", &tmp)?;
-    let log = dir.with_file_name(format!("{KEY}.build.log"));
-    let log_file = std::fs::File::create(&log).ctx("creating", &log)?;
-    let log_err = log_file.try_clone().ctx("opening", &log)?;
+    Ok(src)
+}
 
+/// An empty directory at `path` (what a failed build left there removed).
+pub(crate) fn fresh_dir(path: &Path) -> Result<PathBuf> {
+    if path.exists() {
+        std::fs::remove_dir_all(path).ctx("removing", path)?;
+    }
+    std::fs::create_dir_all(path).ctx("creating", path)?;
+    Ok(path.to_path_buf())
+}
+
+/// The finished build appears atomically: a half-built directory is never taken as built.
+pub(crate) fn move_into_place(tmp: &Path, dir: &Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).ctx("removing", dir)?;
+    }
+    std::fs::rename(tmp, dir).ctx("moving into place", dir)
+}
+
+/// One `go build` of several packages into `out`.
+pub(crate) struct GoBuild<'a> {
+    pub src: &'a Path,
+    pub packages: &'a [&'a str],
+    pub out: &'a Path,
+    pub log: &'a Path,
+    /// runc's nsenter is C: force cgo on (otherwise Go's default stands).
+    pub cgo: bool,
+    /// `go build -tags` (empty: none).
+    pub tags: &'a str,
+}
+
+/// Run `go build -trimpath` with the plane's ldflags, Go's caches under the cache root unless
+/// the caller chose others, saying every minute that it still runs.
+pub(crate) fn go_build(b: &GoBuild<'_>, what: &str) -> Result<()> {
+    let root = paths::cache_root();
+    let log_file = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(b.log)
+        .ctx("creating", b.log)?;
+    let log_err = log_file.try_clone().ctx("opening", b.log)?;
     let go = go_binary()?;
     let mut cmd = Command::new(&go);
-    cmd.current_dir(&src)
+    cmd.current_dir(b.src)
         .arg("build")
         .arg("-trimpath")
         .arg("-ldflags")
         .arg(ldflags())
+        .args(if b.tags.is_empty() {
+            Vec::new()
+        } else {
+            vec!["-tags".to_string(), b.tags.to_string()]
+        })
         .arg("-o")
-        .arg(format!("{}/", tmp.display()))
-        .args(PACKAGES.iter().map(|(pkg, _)| *pkg))
+        .arg(format!("{}/", b.out.display()))
+        .args(b.packages)
         .stdin(Stdio::null())
         .stdout(log_file)
         .stderr(log_err);
-    // Keep Go's caches under our cache root unless the caller chose others.
+    if b.cgo {
+        cmd.env("CGO_ENABLED", "1");
+    }
     if std::env::var_os("GOMODCACHE").is_none() {
         cmd.env("GOMODCACHE", root.join("go/mod"));
     }
@@ -170,11 +251,9 @@ fn build(root: &Path, dir: &Path) -> Result<()> {
         cmd.env("GOCACHE", root.join("go/build"));
     }
     eprintln!(
-        "envbridge: building Kubernetes {K8S_VERSION}, etcd {ETCD_VERSION}, kwok {KWOK_VERSION} \
-         with {} into {} (first time on a machine: ~12 min on 2 cores; log {})",
+        "envbridge: building {what} with {}; log {}",
         go.display(),
-        dir.display(),
-        log.display()
+        b.log.display()
     );
     let start = Instant::now();
     let mut child = cmd.spawn().ctx("running", &go)?;
@@ -193,28 +272,10 @@ fn build(root: &Path, dir: &Path) -> Result<()> {
     if !status.success() {
         return Err(DevError::Build(format!(
             "`go build` exited with {status}; last lines of {}:\n{}",
-            log.display(),
-            super::process::log_tail(&log, 30)
+            b.log.display(),
+            super::process::log_tail(b.log, 30)
         )));
     }
-    let server = tmp.join("server");
-    if server.exists() {
-        std::fs::rename(&server, tmp.join("etcd")).ctx("renaming", &server)?;
-    }
-    if !Binaries::in_dir(&tmp).complete() {
-        return Err(DevError::Build(format!(
-            "`go build` succeeded but {} lacks a binary",
-            tmp.display()
-        )));
-    }
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).ctx("removing", dir)?;
-    }
-    std::fs::rename(&tmp, dir).ctx("moving into place", dir)?;
-    eprintln!(
-        "envbridge: built the control plane binaries in {:.0?}",
-        start.elapsed()
-    );
     Ok(())
 }
 

@@ -28,6 +28,8 @@ pub enum DevError {
     Kubeconfig(String),
     #[error("state file {path} is unreadable: {reason}")]
     State { path: PathBuf, reason: String },
+    #[error("building or importing the node images failed: {0}")]
+    Image(String),
     #[error("invalid request: {0}")]
     Invalid(String),
 }

@@ -11,12 +11,14 @@
 pub mod addressing;
 pub mod binaries;
 mod error;
+pub mod image;
 pub mod kubeconfig;
 pub mod nodes;
 mod paths;
 mod pki;
 mod plane;
 pub mod process;
+pub mod realnode;
 pub mod stages;
 mod state;
 
@@ -29,7 +31,10 @@ pub mod sim_runner;
 pub mod fixtures;
 
 pub use error::{DevError, Result};
-pub use plane::{ClusterInfo, client_for, current, down, down_in, ensure_up, ensure_up_in};
+pub use plane::{
+    ClusterInfo, UpSpec, client_for, current, down, down_in, ensure_up, ensure_up_in,
+    ensure_up_in_with, ensure_up_with, real_nodes, real_nodes_in,
+};
 #[cfg(feature = "test-support")]
 pub use plane::{start_apiserver, stop_apiserver};
 
@@ -48,9 +53,16 @@ pub async fn client() -> Result<kube::Client> {
 pub enum DevCommand {
     /// Start (or reuse) the local control plane.
     Up {
+        /// Simulated (kwok) nodes: flp001 ...
         #[arg(long, default_value_t = DEFAULT_NODES)]
         nodes: u32,
+        /// Real nodes (a kubelet and a containerd each, running containers): real001 ...
+        #[arg(long, default_value_t = 0)]
+        real_nodes: u32,
     },
+    /// Build the images (localhost/envbridge:dev and its pause image) from this executable
+    /// and import them into every real node's containerd.
+    Image,
     /// Stop every process it started and remove its state.
     Down,
     /// Say what runs; exit 0 when up, 1 when down.
@@ -79,16 +91,23 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
 pub fn run(cmd: DevCommand) -> ExitCode {
     match cmd {
         DevCommand::SimRunner(args) => sim_runner::run(args),
-        DevCommand::Up { nodes } => {
+        DevCommand::Up { nodes, real_nodes } => {
             let rt = match runtime() {
                 Ok(rt) => rt,
                 Err(e) => return fail(e),
             };
-            match rt.block_on(ensure_up(nodes)) {
+            let spec = UpSpec {
+                nodes,
+                real_nodes,
+                exe: None,
+            };
+            match rt.block_on(ensure_up_with(&spec)) {
                 Ok(info) => {
                     eprintln!(
-                        "envbridge: {} with {} node(s); kubectl: envbridge dev kubectl get nodes -o wide",
-                        info.server, info.nodes
+                        "envbridge: {} with {} simulated and {} real node(s); kubectl: envbridge dev kubectl get nodes -o wide",
+                        info.server,
+                        info.nodes,
+                        info.real_hosts.len()
                     );
                     println!("export KUBECONFIG={}", info.kubeconfig.display());
                     ExitCode::SUCCESS
@@ -118,6 +137,7 @@ pub fn run(cmd: DevCommand) -> ExitCode {
             }
         }
         DevCommand::Kubectl { args } => kubectl(&args),
+        DevCommand::Image => image_cmd(),
     }
 }
 
@@ -154,6 +174,15 @@ fn print_status(st: &plane::Status) -> ExitCode {
             c.log.display()
         );
     }
+    for (c, alive) in &st.real_alive {
+        println!(
+            "{}: pid {} {} log {}",
+            c.name,
+            c.pid,
+            if *alive { "running" } else { "NOT RUNNING" },
+            c.log.display()
+        );
+    }
     match st.nodes_ready {
         Some((ready, total)) => println!("nodes: {total} ({ready} Ready)"),
         None => println!("nodes: unknown"),
@@ -162,6 +191,27 @@ fn print_status(st: &plane::Status) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+fn image_cmd() -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return fail(format!("locating this executable: {e}")),
+    };
+    match plane::import_images(&exe) {
+        Ok((archive, nodes)) => {
+            for (reference, digest) in &archive.manifests {
+                println!("{reference} {digest}");
+            }
+            eprintln!(
+                "envbridge: images in {} imported into {} real node(s)",
+                archive.path.display(),
+                nodes
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
     }
 }
 

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 
-use super::addressing::{self, HOST_LABEL, KWOK_NODE_LABEL};
+use super::addressing::{self, HOST_LABEL, KWOK_NODE_LABEL, NODE_KIND_LABEL};
 use super::error::{DevError, Result};
 
 /// The Node object for node `n` (1-based).
@@ -25,6 +25,10 @@ pub fn node_object(n: u32) -> Result<Node> {
     let labels = BTreeMap::from([
         (HOST_LABEL.to_string(), addressing::host_name(n)),
         (KWOK_NODE_LABEL.0.to_string(), KWOK_NODE_LABEL.1.to_string()),
+        (
+            NODE_KIND_LABEL.to_string(),
+            addressing::NODE_KIND_SIMULATED.to_string(),
+        ),
         ("kubernetes.io/hostname".to_string(), name.clone()),
         ("kubernetes.io/os".to_string(), "linux".to_string()),
         ("kubernetes.io/arch".to_string(), "amd64".to_string()),
@@ -46,6 +50,50 @@ pub fn node_object(n: u32) -> Result<Node> {
             ..Default::default()
         }),
         // A node's status may be set on create (the kubelet does); kwok keeps these addresses.
+        status: Some(NodeStatus {
+            addresses: Some(vec![
+                NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: ip.to_string(),
+                },
+                NodeAddress {
+                    type_: "Hostname".into(),
+                    address: name,
+                },
+            ]),
+            ..Default::default()
+        }),
+    })
+}
+
+/// The Node object of real node `r` (1-based), created before its kubelet starts: the
+/// kubelet refuses a loopback `--node-ip`, so the node's loopback InternalIP is set here and
+/// kept (`--cloud-provider=external`). No kwok label: kwok leaves it alone.
+pub fn real_node_object(r: u32, ip: std::net::Ipv4Addr) -> Result<Node> {
+    if r == 0 || r > addressing::MAX_REAL_NODES {
+        return Err(DevError::Invalid(format!(
+            "real node index {r} outside 1..={}",
+            addressing::MAX_REAL_NODES
+        )));
+    }
+    let name = addressing::real_node_name(r);
+    let labels = BTreeMap::from([
+        (HOST_LABEL.to_string(), addressing::real_host_name(r)),
+        (
+            NODE_KIND_LABEL.to_string(),
+            addressing::NODE_KIND_REAL.to_string(),
+        ),
+        ("kubernetes.io/hostname".to_string(), name.clone()),
+        ("kubernetes.io/os".to_string(), "linux".to_string()),
+        ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+    ]);
+    Ok(Node {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        spec: None,
         status: Some(NodeStatus {
             addresses: Some(vec![
                 NodeAddress {
@@ -203,6 +251,10 @@ mod tests {
         let labels = n.metadata.labels.as_ref().expect("labels");
         assert_eq!(labels.get(HOST_LABEL).map(String::as_str), Some("flp003"));
         assert_eq!(labels.get("type").map(String::as_str), Some("kwok"));
+        assert_eq!(
+            labels.get(NODE_KIND_LABEL).map(String::as_str),
+            Some("simulated")
+        );
         let spec = n.spec.as_ref().expect("spec");
         assert_eq!(spec.pod_cidr.as_deref(), Some("127.128.2.0/24"));
         let addrs = n
@@ -213,5 +265,12 @@ mod tests {
         assert_eq!(addrs[0].type_, "InternalIP");
         assert_eq!(addrs[0].address, "127.1.0.3");
         assert!(node_object(0).is_err());
+        let r = real_node_object(2, [127, 3, 0, 2].into()).expect("real node");
+        let labels = r.metadata.labels.as_ref().expect("labels");
+        assert_eq!(labels[NODE_KIND_LABEL], "real");
+        assert_eq!(labels[HOST_LABEL], "real002");
+        assert!(!labels.contains_key("type"), "kwok would manage it");
+        let addrs = r.status.and_then(|s| s.addresses).expect("addrs");
+        assert_eq!(addrs[0].address, "127.3.0.2");
     }
 }

@@ -1,6 +1,8 @@
-//! Certificates of the local control plane: one CA, the apiserver's serving certificate,
-//! one admin client certificate (O=system:masters) shared by kubectl, kube-controller-manager,
-//! kwok and the tests, and the service-account signing key pair. ECDSA P-256 throughout.
+//! Certificates of the local control plane: one CA (its key kept, so real nodes joining later
+//! get certificates of their own), the apiserver's serving certificate and its client
+//! certificate towards kubelets, one admin client certificate (O=system:masters) shared by
+//! kubectl, kube-controller-manager, kwok and the tests, and the service-account signing key
+//! pair. ECDSA P-256 throughout.
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +16,9 @@ use super::error::{IoContext, Result};
 /// PEM material produced by [`generate`].
 pub struct Pki {
     pub ca_cert: String,
+    pub ca_key: String,
+    pub kubelet_client_cert: String,
+    pub kubelet_client_key: String,
     pub serving_cert: String,
     pub serving_key: String,
     pub admin_cert: String,
@@ -26,6 +31,9 @@ pub struct Pki {
 #[derive(Debug, Clone)]
 pub struct PkiFiles {
     pub ca_cert: PathBuf,
+    pub ca_key: PathBuf,
+    pub kubelet_client_cert: PathBuf,
+    pub kubelet_client_key: PathBuf,
     pub serving_cert: PathBuf,
     pub serving_key: PathBuf,
     pub admin_cert: PathBuf,
@@ -43,8 +51,9 @@ fn dn(cn: &str, org: Option<&str>) -> DistinguishedName {
     dn
 }
 
-pub fn generate() -> Result<Pki> {
-    let ca_key = KeyPair::generate()?;
+/// The CA's parameters: the same every time, so that an issuer rebuilt from the kept key
+/// ([`issuer_from`]) signs certificates that chain to the CA written at start.
+fn ca_params() -> Result<CertificateParams> {
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.distinguished_name = dn("envbridge-dev-ca", None);
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -53,8 +62,71 @@ pub fn generate() -> Result<Pki> {
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    let ca_cert = ca_params.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca_params, &ca_key);
+    Ok(ca_params)
+}
+
+/// The plane's CA as an issuer, from its kept key (PEM).
+pub fn issuer_from(ca_key_pem: &str) -> Result<Issuer<'static, KeyPair>> {
+    Ok(Issuer::new(ca_params()?, KeyPair::from_pem(ca_key_pem)?))
+}
+
+fn client_cert(
+    cn: &str,
+    org: Option<&str>,
+    issuer: &Issuer<'_, impl rcgen::SigningKey>,
+) -> Result<(String, String)> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name = dn(cn, org);
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    Ok((params.signed_by(&key, issuer)?.pem(), key.serialize_pem()))
+}
+
+/// The user the apiserver is when it calls a kubelet (logs, exec); RBAC grants it
+/// `system:kubelet-api-admin` and each kubelet authorizes it by webhook.
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
+
+/// A real node's certificates: its client identity `system:node:<name>` (O=system:nodes,
+/// what the Node authorizer recognises) and its serving certificate for `ip`.
+pub struct NodeCerts {
+    pub client_cert: String,
+    pub client_key: String,
+    pub serving_cert: String,
+    pub serving_key: String,
+}
+
+pub fn issue_node(
+    issuer: &Issuer<'_, impl rcgen::SigningKey>,
+    name: &str,
+    ip: std::net::Ipv4Addr,
+) -> Result<NodeCerts> {
+    let (client_cert, client_key) =
+        client_cert(&format!("system:node:{name}"), Some("system:nodes"), issuer)?;
+    let serving_key = KeyPair::generate()?;
+    let mut serving = CertificateParams::new(vec![name.to_string()])?;
+    serving
+        .subject_alt_names
+        .push(SanType::IpAddress(ip.into()));
+    serving.distinguished_name = dn(&format!("system:node:{name}"), Some("system:nodes"));
+    serving.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    Ok(NodeCerts {
+        client_cert,
+        client_key,
+        serving_cert: serving.signed_by(&serving_key, issuer)?.pem(),
+        serving_key: serving_key.serialize_pem(),
+    })
+}
+
+pub fn generate() -> Result<Pki> {
+    let ca_key = KeyPair::generate()?;
+    let ca_cert = ca_params()?.self_signed(&ca_key)?;
+    let ca_key_pem = ca_key.serialize_pem();
+    let issuer = Issuer::new(ca_params()?, &ca_key);
 
     let serving_key = KeyPair::generate()?;
     let mut serving = CertificateParams::new(vec![
@@ -74,31 +146,33 @@ pub fn generate() -> Result<Pki> {
     serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let serving_cert = serving.signed_by(&serving_key, &issuer)?;
 
-    let admin_key = KeyPair::generate()?;
-    let mut admin = CertificateParams::new(Vec::<String>::new())?;
-    admin.distinguished_name = dn("envbridge-admin", Some("system:masters"));
-    admin.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let admin_cert = admin.signed_by(&admin_key, &issuer)?;
+    let (admin_cert, admin_key) = client_cert("envbridge-admin", Some("system:masters"), &issuer)?;
+    let (kubelet_client_cert, kubelet_client_key) =
+        client_cert(KUBELET_CLIENT_USER, None, &issuer)?;
 
     let sa = KeyPair::generate()?;
     Ok(Pki {
         ca_cert: ca_cert.pem(),
+        ca_key: ca_key_pem,
+        kubelet_client_cert,
+        kubelet_client_key,
         serving_cert: serving_cert.pem(),
         serving_key: serving_key.serialize_pem(),
-        admin_cert: admin_cert.pem(),
-        admin_key: admin_key.serialize_pem(),
+        admin_cert,
+        admin_key,
         sa_key: sa.serialize_pem(),
         sa_pub: sa.public_key_pem(),
     })
 }
 
 /// Where [`write`] puts the files in `dir` (for restarting a component of a running plane,
-/// which only fault tests do).
-#[cfg(feature = "test-support")]
+/// and for issuing a joining node's certificates from the kept CA key).
 pub fn files(dir: &Path) -> PkiFiles {
     PkiFiles {
         ca_cert: dir.join("ca.crt"),
+        ca_key: dir.join("ca.key"),
+        kubelet_client_cert: dir.join("kubelet-client.crt"),
+        kubelet_client_key: dir.join("kubelet-client.key"),
         serving_cert: dir.join("apiserver.crt"),
         serving_key: dir.join("apiserver.key"),
         admin_cert: dir.join("admin.crt"),
@@ -125,6 +199,9 @@ pub fn write(pki: &Pki, dir: &Path) -> Result<PkiFiles> {
     };
     Ok(PkiFiles {
         ca_cert: put("ca.crt", &pki.ca_cert, false)?,
+        ca_key: put("ca.key", &pki.ca_key, true)?,
+        kubelet_client_cert: put("kubelet-client.crt", &pki.kubelet_client_cert, false)?,
+        kubelet_client_key: put("kubelet-client.key", &pki.kubelet_client_key, true)?,
         serving_cert: put("apiserver.crt", &pki.serving_cert, false)?,
         serving_key: put("apiserver.key", &pki.serving_key, true)?,
         admin_cert: put("admin.crt", &pki.admin_cert, false)?,
@@ -149,6 +226,23 @@ mod tests {
         assert!(p.sa_pub.contains("PUBLIC KEY"));
         assert_ne!(p.serving_key, p.admin_key);
         assert_ne!(p.ca_cert, p.serving_cert);
+    }
+
+    #[test]
+    fn a_rebuilt_issuer_signs_node_certificates_that_chain_to_the_ca() {
+        let p = generate().expect("pki");
+        let issuer = issuer_from(&p.ca_key).expect("issuer");
+        let certs = issue_node(&issuer, "real001.cluster.local", [127, 3, 0, 1].into())
+            .expect("node certs");
+        assert!(certs.client_cert.starts_with("-----BEGIN CERTIFICATE-----"));
+        // Same key as the CA written at start: the issuer's public key is the CA's.
+        let ca_key = KeyPair::from_pem(&p.ca_key).expect("key");
+        assert_eq!(
+            issuer.key().public_key_raw(),
+            ca_key.public_key_raw(),
+            "rebuilt issuer has another key"
+        );
+        assert_ne!(certs.client_key, certs.serving_key);
     }
 
     #[test]

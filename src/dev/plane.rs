@@ -15,6 +15,7 @@ use super::nodes;
 use super::paths;
 use super::pki;
 use super::process;
+use super::realnode::{self, RealNodeState};
 use super::stages;
 use super::state::{self, Component, PlaneState};
 
@@ -32,6 +33,8 @@ pub struct ClusterInfo {
     pub server: String,
     /// Number of simulated nodes (flp001 .. flpNNN).
     pub nodes: u32,
+    /// Host names of the real nodes (real001 ...), each a kubelet and a containerd.
+    pub real_hosts: Vec<String>,
     pub state_dir: PathBuf,
     pub kubectl: PathBuf,
 }
@@ -52,6 +55,7 @@ fn info_of(st: &PlaneState, dir: &Path) -> ClusterInfo {
         kubeconfig: st.kubeconfig.clone(),
         server: format!("https://127.0.0.1:{}", st.apiserver_port),
         nodes: st.nodes,
+        real_hosts: st.real_nodes.iter().map(|n| n.host.clone()).collect(),
         state_dir: dir.to_path_buf(),
         kubectl: Binaries::in_dir(&st.bin_dir).kubectl,
     }
@@ -101,6 +105,12 @@ fn all_alive(st: &PlaneState) -> bool {
 }
 
 fn stop_components(st: &PlaneState) {
+    // Real nodes first: a kubelet whose apiserver is gone retries for ever, and the
+    // containers must end before their containerd.
+    for n in &st.real_nodes {
+        realnode::stop(n);
+        eprintln!("envbridge: stopped real node {}", n.name);
+    }
     // Only groups whose leader still runs our binary: a recorded pid may have been reused.
     let live: Vec<&Component> = st
         .components
@@ -136,6 +146,22 @@ pub async fn ensure_up(nodes: u32) -> Result<ClusterInfo> {
     ensure_up_in(&paths::state_dir(), nodes, &[]).await
 }
 
+/// What `dev up` brings up.
+#[derive(Debug, Clone, Default)]
+pub struct UpSpec {
+    /// Simulated (kwok) nodes, at least.
+    pub nodes: u32,
+    /// Real nodes (a kubelet and a containerd each), at least; 0 leaves those running alone.
+    pub real_nodes: u32,
+    /// The envbridge executable whose images real nodes run [default: this executable].
+    pub exe: Option<PathBuf>,
+}
+
+/// [`ensure_up`] with real nodes too (the default plane).
+pub async fn ensure_up_with(spec: &UpSpec) -> Result<ClusterInfo> {
+    ensure_up_in_with(&paths::state_dir(), spec, &[]).await
+}
+
 /// [`ensure_up`] for the plane whose state lives in `dir` (a private plane: its own
 /// processes and free loopback ports, its lock `<dir>.lock` beside it), kube-apiserver
 /// started with `apiserver_extra_args` appended (later flags win). A running plane there is
@@ -145,6 +171,21 @@ pub async fn ensure_up_in(
     nodes: u32,
     apiserver_extra_args: &[String],
 ) -> Result<ClusterInfo> {
+    let spec = UpSpec {
+        nodes,
+        ..Default::default()
+    };
+    ensure_up_in_with(dir, &spec, apiserver_extra_args).await
+}
+
+/// [`ensure_up_in`] with real nodes too: a private plane's real nodes have addresses and
+/// cgroups of their own (its block, from `dir`).
+pub async fn ensure_up_in_with(
+    dir: &Path,
+    spec: &UpSpec,
+    apiserver_extra_args: &[String],
+) -> Result<ClusterInfo> {
+    let nodes = spec.nodes;
     if nodes == 0 || nodes > addressing::MAX_NODES {
         return Err(DevError::Invalid(format!(
             "--nodes must be within 1..={}",
@@ -162,6 +203,7 @@ pub async fn ensure_up_in(
                     st.nodes = nodes;
                     state::save(dir, &st)?;
                 }
+                ensure_real_nodes(&client, dir, &mut st, spec).await?;
                 return Ok(info_of(&st, dir));
             }
         }
@@ -174,7 +216,57 @@ pub async fn ensure_up_in(
     let bins = tokio::task::spawn_blocking(binaries::ensure_built)
         .await
         .map_err(|e| DevError::Build(format!("build task failed: {e}")))??;
-    start(&bins, dir, nodes, apiserver_extra_args).await
+    let info = start(&bins, dir, nodes, apiserver_extra_args).await?;
+    if spec.real_nodes == 0 {
+        return Ok(info);
+    }
+    let mut st = state::load(dir)?.ok_or_else(|| {
+        DevError::NotReady(format!(
+            "{} vanished after start",
+            dir.join(state::FILE).display()
+        ))
+    })?;
+    let client = client_for(&st.kubeconfig).await?;
+    ensure_real_nodes(&client, dir, &mut st, spec).await?;
+    Ok(info_of(&st, dir))
+}
+
+/// Start the real nodes `spec` asks for that do not run, recording each in state.json.
+async fn ensure_real_nodes(
+    client: &Client,
+    dir: &Path,
+    st: &mut PlaneState,
+    spec: &UpSpec,
+) -> Result<()> {
+    if spec.real_nodes == 0 {
+        return Ok(());
+    }
+    let exe = match &spec.exe {
+        Some(e) => e.clone(),
+        None => std::env::current_exe().ctx("locating", "the envbridge executable")?,
+    };
+    let access = realnode::PlaneAccess {
+        dir,
+        server: format!("https://127.0.0.1:{}", st.apiserver_port),
+        pki: pki::files(&dir.join("pki")),
+        exe: &exe,
+    };
+    let running = st.real_nodes.clone();
+    let base = st.clone();
+    let nodes = realnode::ensure(
+        client,
+        &access,
+        &running,
+        spec.real_nodes,
+        |now: &[RealNodeState]| {
+            let mut saved = base.clone();
+            saved.real_nodes = now.to_vec();
+            state::save(dir, &saved)
+        },
+    )
+    .await?;
+    st.real_nodes = nodes;
+    state::save(dir, st)
 }
 
 async fn start(
@@ -215,6 +307,7 @@ async fn start(
         nodes: 0,
         components: Vec::new(),
         apiserver_extra_args: apiserver_extra_args.to_vec(),
+        real_nodes: Vec::new(),
     };
     let result = start_components(bins, dir, &pki, &mut st, nodes).await;
     match result {
@@ -282,7 +375,17 @@ fn apiserver_args(dir: &Path, st: &PlaneState, pki: &pki::PkiFiles) -> Vec<Strin
         format!("--tls-cert-file={}", pki.serving_cert.display()),
         format!("--tls-private-key-file={}", pki.serving_key.display()),
         format!("--client-ca-file={}", pki.ca_cert.display()),
-        s("--authorization-mode=RBAC"),
+        // Real nodes join as system:node:<name>: the Node authorizer and NodeRestriction
+        // confine each kubelet to its own Node and pods. The apiserver calls kubelets with
+        // a client certificate of its own and checks theirs against the plane's CA.
+        s("--authorization-mode=Node,RBAC"),
+        s("--enable-admission-plugins=NodeRestriction"),
+        format!(
+            "--kubelet-client-certificate={}",
+            pki.kubelet_client_cert.display()
+        ),
+        format!("--kubelet-client-key={}", pki.kubelet_client_key.display()),
+        format!("--kubelet-certificate-authority={}", pki.ca_cert.display()),
         s("--service-account-issuer=https://kubernetes.default.svc"),
         format!("--service-account-key-file={}", pki.sa_pub.display()),
         format!(
@@ -475,13 +578,17 @@ pub fn down_in(dir: &Path) -> Result<bool> {
 pub struct Status {
     pub state: Option<PlaneState>,
     pub alive: Vec<(Component, bool)>,
+    /// Each real node's containerd and kubelet.
+    pub real_alive: Vec<(Component, bool)>,
     pub ready: bool,
     pub nodes_ready: Option<(u32, u32)>,
 }
 
 impl Status {
     pub fn up(&self) -> bool {
-        self.ready && self.alive.len() == 4 && self.alive.iter().all(|(_, a)| *a)
+        self.ready
+            && self.alive.len() == 4
+            && self.alive.iter().chain(&self.real_alive).all(|(_, a)| *a)
     }
 }
 
@@ -491,6 +598,7 @@ pub async fn status() -> Result<Status> {
         return Ok(Status {
             state: None,
             alive: Vec::new(),
+            real_alive: Vec::new(),
             ready: false,
             nodes_ready: None,
         });
@@ -498,6 +606,12 @@ pub async fn status() -> Result<Status> {
     let alive: Vec<(Component, bool)> = st
         .components
         .iter()
+        .map(|c| (c.clone(), process::alive(c.pid, &c.binary)))
+        .collect();
+    let real_alive: Vec<(Component, bool)> = st
+        .real_nodes
+        .iter()
+        .flat_map(|n| [&n.containerd, &n.kubelet])
         .map(|c| (c.clone(), process::alive(c.pid, &c.binary)))
         .collect();
     let (ready, nodes_ready) = match client_for(&st.kubeconfig).await {
@@ -515,9 +629,36 @@ pub async fn status() -> Result<Status> {
     Ok(Status {
         state: Some(st),
         alive,
+        real_alive,
         ready,
         nodes_ready,
     })
+}
+
+/// The real nodes the running default plane records.
+pub fn real_nodes() -> Result<Vec<RealNodeState>> {
+    real_nodes_in(&paths::state_dir())
+}
+
+/// The real nodes the plane in `dir` records.
+pub fn real_nodes_in(dir: &Path) -> Result<Vec<RealNodeState>> {
+    Ok(state::load(dir)?
+        .map(|st| st.real_nodes)
+        .unwrap_or_default())
+}
+
+/// Build the images from `exe` and import them into every real node of the default plane
+/// (`dev image`); returns the archive and how many nodes it went to.
+pub fn import_images(exe: &Path) -> Result<(super::image::Archive, usize)> {
+    let dir = paths::state_dir();
+    let layouts: Vec<realnode::NodeLayout> = real_nodes()?
+        .iter()
+        .filter(|n| n.alive())
+        .map(RealNodeState::layout)
+        .collect();
+    let bins = realnode::binaries::ensure_built()?;
+    let archive = realnode::ensure_images(&bins, &dir, exe, &layouts)?;
+    Ok((archive, layouts.len()))
 }
 
 /// Kubeconfig of the running control plane (no health check).

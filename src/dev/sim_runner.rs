@@ -68,6 +68,7 @@ pub fn completes(pod: &Pod) -> bool {
     let labels = pod.metadata.labels.as_ref();
     let told = |l: &str| labels.is_some_and(|m| m.contains_key(l));
     if pod.metadata.deletion_timestamp.is_some()
+        || on_real_node(pod)
         || told(super::stages::SIM_SUCCEED_LABEL)
         || told(super::stages::SIM_FAIL_LABEL)
     {
@@ -82,6 +83,16 @@ pub fn completes(pod: &Pod) -> bool {
         .find(|e| e.name == "ENVBRIDGE_CONTROL_MODE")
         .and_then(|e| e.value.as_deref());
     running && matches!(mode, Some("basic" | "hook"))
+}
+
+/// A pod a real node's kubelet runs (its host-network address is the node's): its own
+/// container answers and ends, nothing here stands in for it.
+fn on_real_node(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .and_then(|ip| ip.parse::<IpAddr>().ok())
+        .is_some_and(super::addressing::is_real_node_ip)
 }
 
 /// The simulator a pod calls for.
@@ -109,7 +120,8 @@ pub fn desired(pod: &Pod) -> Option<SimSpec> {
     let spec = pod.spec.as_ref()?;
     spec.node_name.as_ref()?;
     let ip: IpAddr = status.pod_ip.as_deref()?.parse().ok()?;
-    if !ip.is_loopback() {
+    // A real node's pods (its kubelet runs them) are not ours to stand in for.
+    if !ip.is_loopback() || super::addressing::is_real_node_ip(ip) {
         return None;
     }
     let env: Vec<(String, String)> = spec
@@ -582,6 +594,18 @@ mod tests {
                 ..Default::default()
             }),
         }
+    }
+
+    #[test]
+    fn real_nodes_pods_are_left_to_their_kubelet() {
+        let direct = pod("127.3.0.1", "Running", &[("OCC_CONTROL_PORT", "47101")]);
+        assert_eq!(desired(&direct), None);
+        let hook = pod(
+            "127.3.0.1",
+            "Running",
+            &[("ENVBRIDGE_CONTROL_MODE", "hook")],
+        );
+        assert!(!completes(&hook));
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub struct PlaneState {
     /// restarted apiserver runs as before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub apiserver_extra_args: Vec<String>,
+    /// Real nodes (a containerd and a kubelet each), besides the kwok `nodes`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub real_nodes: Vec<super::realnode::RealNodeState>,
 }
 
 pub const FILE: &str = "state.json";
@@ -83,6 +86,7 @@ mod tests {
                 log: "/l".into(),
             }],
             apiserver_extra_args: vec!["--max-requests-inflight=10".into()],
+            real_nodes: Vec::new(),
         };
         save(dir.path(), &s).expect("save");
         assert_eq!(load(dir.path()).expect("load"), Some(s));

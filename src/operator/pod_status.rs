@@ -3,9 +3,11 @@
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
 /// Waiting reasons that will not resolve on their own: reported at once, not after a timeout.
-const FATAL_WAITING: [&str; 6] = [
+const FATAL_WAITING: [&str; 8] = [
     "ErrImagePull",
+    "ErrImageNeverPull",
     "ImagePullBackOff",
+    "RunContainerError",
     "InvalidImageName",
     "CrashLoopBackOff",
     "CreateContainerConfigError",

@@ -367,3 +367,100 @@ async fn cli_up_is_idempotent_and_prints_the_kubeconfig_last() {
     assert!(text.contains("envbridge.dev/host=flp001"), "{text}");
     assert!(text.contains("127.1.0.1"), "{text}");
 }
+
+/// `dev up --real-nodes` on a PRIVATE plane (its own block of addresses and cgroups): the
+/// real node is Ready, labelled, runs a container of the envbridge image; `dev down` then
+/// leaves no process, mount or cgroup of it behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_node_joins_runs_a_container_and_leaves_nothing_after_down() {
+    use envbridge::dev::realnode::teardown;
+    // The shared plane first: it builds the binaries and images once for everyone.
+    support::real_cluster().await;
+    let tmp = tempfile::Builder::new()
+        .prefix("envbridge-real-down-")
+        .tempdir()
+        .expect("tmp");
+    let dir = tmp.path().join("dev");
+    let spec = envbridge::dev::UpSpec {
+        nodes: 1,
+        real_nodes: 1,
+        exe: Some(env!("CARGO_BIN_EXE_envbridge").into()),
+    };
+    let up = envbridge::dev::ensure_up_in_with(&dir, &spec, &[]).await;
+    let nodes = envbridge::dev::real_nodes_in(&dir).unwrap_or_default();
+    let result = async {
+        let info = up.map_err(|e| format!("private plane with a real node: {e}"))?;
+        let client = envbridge::dev::client_for(&info.kubeconfig)
+            .await
+            .map_err(|e| e.to_string())?;
+        let n = nodes.first().ok_or("no real node recorded")?;
+        let node = Api::<Node>::all(client.clone())
+            .get(&n.name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get(addressing::NODE_KIND_LABEL).map(String::as_str),
+            Some("real")
+        );
+        assert_eq!(
+            labels.get(addressing::HOST_LABEL).map(String::as_str),
+            Some("real001")
+        );
+        let kwok = Api::<Node>::all(client.clone())
+            .get(&addressing::node_name(1))
+            .await
+            .map_err(|e| e.to_string())?;
+        assert_eq!(
+            kwok.metadata
+                .labels
+                .unwrap_or_default()
+                .get(addressing::NODE_KIND_LABEL)
+                .map(String::as_str),
+            Some("simulated")
+        );
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let mut p = pod("sleeper", &n.name, &[], &[]);
+        let spec = p.spec.as_mut().expect("spec");
+        spec.host_network = Some(true);
+        spec.containers[0].image = Some(envbridge::dev::image::IMAGE.into());
+        spec.containers[0].command = Some(vec!["/bin/sleep".into(), "600".into()]);
+        pods.create(&PostParams::default(), &p)
+            .await
+            .map_err(|e| e.to_string())?;
+        wait_phase(&pods, "sleeper", "Running").await;
+        let cg = n.layout().cgroup;
+        let sleeping = teardown::processes(&cg)
+            .into_iter()
+            .filter(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.starts_with(b"/bin/sleep\x00600"))
+            })
+            .count();
+        assert_eq!(sleeping, 1, "the container's process in the node's cgroup");
+        Ok::<_, String>(n.clone())
+    }
+    .await;
+    envbridge::dev::down_in(&dir).expect("down");
+    let n = result.unwrap_or_else(|e| panic!("{e}"));
+    let layout = n.layout();
+    assert!(teardown::processes(&layout.cgroup).is_empty());
+    assert!(
+        teardown::hierarchies()
+            .iter()
+            .all(|h| !h.join(layout.cgroup.trim_start_matches('/')).exists()),
+        "a cgroup of the node is left"
+    );
+    assert!(teardown::mounts_under(tmp.path()).is_empty(), "mounts left");
+    let ours = |pid: &str| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&*dir.to_string_lossy()))
+    };
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .expect("proc")
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|p| p.bytes().all(|b| b.is_ascii_digit()) && ours(p))
+        .collect();
+    assert!(left.is_empty(), "processes of the plane left: {left:?}");
+}

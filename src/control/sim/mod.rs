@@ -2,6 +2,7 @@
 //! machines (direct or FairMQ), with configurable delays and injected failures. Used by the
 //! demo, the tests and the benchmarks in place of real DAQ processes; it runs no workload.
 
+pub mod as_task;
 pub mod cli;
 pub mod config;
 pub mod machine;

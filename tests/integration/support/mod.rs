@@ -37,6 +37,32 @@ pub async fn cluster() -> ClusterInfo {
         .clone()
 }
 
+/// Real nodes every real-node test may rely on (real001 .. real003; real003 is the one the
+/// node-loss test kills, so the others never see it go).
+pub const REAL_NODES: u32 = 3;
+
+static REAL: OnceCell<ClusterInfo> = OnceCell::const_new();
+
+/// The running control plane with [`REAL_NODES`] real nodes too (a kubelet and a containerd
+/// each, running the images of this build's envbridge), started if needed. Panics with the
+/// reason on failure.
+pub async fn real_cluster() -> ClusterInfo {
+    REAL.get_or_init(|| async {
+        cluster().await;
+        let spec = envbridge::dev::UpSpec {
+            nodes: NODES,
+            real_nodes: REAL_NODES,
+            exe: Some(env!("CARGO_BIN_EXE_envbridge").into()),
+        };
+        match envbridge::dev::ensure_up_with(&spec).await {
+            Ok(info) => info,
+            Err(e) => panic!("the local control plane's real nodes cannot start: {e}"),
+        }
+    })
+    .await
+    .clone()
+}
+
 /// A new kube client bound to the calling test's runtime.
 pub async fn client() -> Client {
     let info = cluster().await;
