@@ -148,13 +148,19 @@ async fn one(
     let log = std::env::temp_dir().join(format!("envbridge-bench-live-{suffix}.log"));
     let log_file = std::fs::File::create(&log)?;
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge"));
-    cmd.args(["operator", "--no-leader-election", "--namespace", &ns])
-        .args(["--headless-discovery-port", &DISCOVERY_PORT.to_string()])
-        .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "info")
-        .stderr(log_file.try_clone()?)
-        .stdout(log_file)
-        .kill_on_drop(true);
+    cmd.args([
+        "operator",
+        "--metrics-listen=127.0.0.1:0",
+        "--no-leader-election",
+        "--namespace",
+        &ns,
+    ])
+    .args(["--headless-discovery-port", &DISCOVERY_PORT.to_string()])
+    .env("KUBECONFIG", kubeconfig)
+    .env("RUST_LOG", "info")
+    .stderr(log_file.try_clone()?)
+    .stdout(log_file)
+    .kill_on_drop(true);
     if !live {
         cmd.arg("--no-live-state");
     }

@@ -90,7 +90,13 @@ async fn run() -> Res {
     let log = std::env::temp_dir().join(format!("envbridge-bench-operator-{suffix}.log"));
     let log_file = std::fs::File::create(&log)?;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
-        .args(["operator", "--no-leader-election", "--namespace", &op_ns])
+        .args([
+            "operator",
+            "--metrics-listen=127.0.0.1:0",
+            "--no-leader-election",
+            "--namespace",
+            &op_ns,
+        ])
         .args(["--headless-discovery-port", &DISCOVERY_PORT.to_string()])
         .env("KUBECONFIG", &info.kubeconfig)
         .env("RUST_LOG", "info")

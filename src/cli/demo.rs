@@ -295,10 +295,15 @@ async fn demo(
         "--complete-tasks".into(),
     ];
     children.spawn(&exe, "sim-runner", &sim_args, &run_dir, &kubeconfig)?;
+    // A free port for its metrics and probes: a second demo or a site's operator may hold
+    // the default one.
     children.spawn(
         &exe,
         "operator",
-        &["operator".to_string()],
+        &[
+            "operator".to_string(),
+            "--metrics-listen=127.0.0.1:0".to_string(),
+        ],
         &run_dir,
         &kubeconfig,
     )?;

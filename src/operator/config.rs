@@ -1,5 +1,6 @@
 //! `envbridge operator` settings: flags, each also settable by an environment variable.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::pod::PodSettings;
@@ -68,6 +69,14 @@ pub struct OperatorArgs {
     /// Debounce of environment status updates, milliseconds.
     #[arg(long, env = "ENVBRIDGE_STATUS_DEBOUNCE_MS", default_value_t = 250)]
     pub status_debounce_ms: u64,
+    /// Where `/metrics`, `/healthz` and `/readyz` listen (loopback by default; in a cluster
+    /// give the pod IP or 0.0.0.0; port 0 picks a free one).
+    #[arg(
+        long,
+        env = "ENVBRIDGE_OPERATOR_METRICS_LISTEN",
+        default_value = "127.0.0.1:9465"
+    )]
+    pub metrics_listen: SocketAddr,
     #[command(flatten)]
     pub lease: OperatorLease,
     /// Log as JSON lines.
@@ -114,5 +123,25 @@ impl OperatorArgs {
         Duration::from_secs(u64::from(
             task_timeout.unwrap_or(self.control_timeout_seconds).max(1),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_listen_is_loopback_unless_given() {
+        let d = OperatorArgs::default().metrics_listen;
+        assert_eq!(d, "127.0.0.1:9465".parse().unwrap());
+        assert!(d.ip().is_loopback());
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            args: OperatorArgs,
+        }
+        let w = Wrap::parse_from(["operator", "--metrics-listen", "0.0.0.0:9465"]);
+        assert!(w.args.metrics_listen.ip().is_unspecified());
     }
 }

@@ -1,5 +1,6 @@
 //! Wiring: one watch per kind into reflector stores (managedFields pruned), the two
-//! controllers, leader election, shutdown.
+//! controllers (their reconciles counted, their state sampled for `/metrics`), shutdown.
+//! Leader election around them: `leader`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,16 +14,15 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, controller, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::context::Ctx;
 use super::control_api::ControlClient;
+use super::metrics::{self, Metrics, Sample, Sampler};
 use super::trim;
-use super::{Error, OperatorArgs, Result, env_controller, task_controller};
+use super::{OperatorArgs, Result, env_controller, task_controller};
 use crate::crd::{Environment, Task, TaskSet, TaskTemplate, labels};
-use crate::launch::{self, logging::LogFormat};
 
 fn scoped<K>(client: &Client, ns: Option<&str>) -> Api<K>
 where
@@ -122,11 +122,32 @@ where
     .boxed()
 }
 
-/// Runs both controllers until `shutdown` fires (no leader election: callers that need it use [`run`]).
+/// What `/metrics` and `/readyz` read of the running controllers (the context, not kept alive
+/// by the reading).
+fn sampler(ctx: &Arc<Ctx>) -> Sampler {
+    let ctx = Arc::downgrade(ctx);
+    Box::new(move || {
+        let ctx = ctx.upgrade()?;
+        let states = ctx.tasks.state();
+        Some(Sample {
+            listed: *ctx.listed.borrow(),
+            live_followers: ctx.live.following(),
+            tasks: Sample::count_tasks(
+                states
+                    .iter()
+                    .map(|t| t.status.as_ref().and_then(|s| s.state)),
+            ),
+        })
+    })
+}
+
+/// Runs both controllers until `shutdown` fires (no leader election: callers that need it use
+/// `leader::run`); their reconciles are counted in `metrics`.
 pub async fn run_controllers(
     client: Client,
     args: OperatorArgs,
     shutdown: CancellationToken,
+    metrics: Arc<Metrics>,
 ) -> Result<()> {
     let ns = args.namespace.clone();
     let ns = ns.as_deref();
@@ -201,6 +222,7 @@ pub async fn run_controllers(
         set_hashes: DashMap::new(),
         requested: DashMap::new(),
     });
+    let _sampled = metrics.attach(sampler(&ctx));
 
     let task_cfg = controller::Config::default().concurrency(args.task_concurrency);
     let env_cfg = controller::Config::default()
@@ -230,6 +252,7 @@ pub async fn run_controllers(
     let env_triggers = tokio_stream::wrappers::UnboundedReceiverStream::new(env_rx);
 
     let stop = shutdown.clone();
+    let m = metrics.clone();
     let task_ctl = controller::Controller::for_stream(task_stream.applied_objects(), tasks)
         .owns_stream(log_errors(pod_stream, "pods").touched_objects())
         .owns_stream(log_errors(svc_stream, "services").touched_objects())
@@ -243,7 +266,8 @@ pub async fn run_controllers(
             task_controller::error_policy,
             ctx.clone(),
         )
-        .for_each(|r| {
+        .for_each(move |r| {
+            m.reconciled(metrics::TASK, &r);
             if let Err(e) = r {
                 tracing::debug!(error = %e, "task reconcile");
             }
@@ -251,6 +275,7 @@ pub async fn run_controllers(
         });
 
     let stop = shutdown.clone();
+    let m = metrics.clone();
     let env_ctl = controller::Controller::new(scoped::<Environment>(&client, ns), plain)
         .reconcile_on(env_triggers)
         .watches_stream(
@@ -267,7 +292,8 @@ pub async fn run_controllers(
             env_controller::error_policy,
             ctx.clone(),
         )
-        .for_each(|r| {
+        .for_each(move |r| {
+            m.reconciled(metrics::ENVIRONMENT, &r);
             if let Err(e) = r {
                 tracing::debug!(error = %e, "environment reconcile");
             }
@@ -286,118 +312,4 @@ pub async fn run_controllers(
     }
     info!("operator controllers stopped");
     Ok(())
-}
-
-/// Runs the operator: with leader election (a Lease) unless disabled; returns when `shutdown`
-/// fires, or with an error when leadership is lost (the process should exit and restart).
-pub async fn run(client: Client, args: OperatorArgs, shutdown: CancellationToken) -> Result<()> {
-    let lease = args
-        .lease
-        .choice()
-        .config("envbridge-operator", super::FIELD_MANAGER)
-        .map_err(Error::Lease)?;
-    let Some(lease) = lease else {
-        return run_controllers(client, args, shutdown).await;
-    };
-    let (tx, mut leader) = watch::channel(false);
-    let release = CancellationToken::new();
-    let held = tokio::spawn(launch::lease::hold(
-        client.clone(),
-        lease.clone(),
-        tx,
-        release.clone(),
-    ));
-    let stop_holding = || async {
-        release.cancel();
-        let _ = held.await;
-    };
-    info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity, "waiting for leadership");
-    while !*leader.borrow_and_update() {
-        tokio::select! {
-            _ = shutdown.cancelled() => {
-                stop_holding().await;
-                return Ok(());
-            }
-            changed = leader.changed() => if changed.is_err() {
-                return Err(Error::LeaseLost);
-            }
-        }
-    }
-    info!(identity = %lease.identity, "leader: starting controllers");
-    let child = shutdown.child_token();
-    let mut ctl = tokio::spawn(run_controllers(client, args, child.clone()));
-    let lost = loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break false,
-            r = &mut ctl => {
-                stop_holding().await;
-                return r.unwrap_or(Ok(()));
-            }
-            changed = leader.changed() => {
-                if changed.is_err() || !*leader.borrow_and_update() {
-                    break true;
-                }
-            }
-        }
-    };
-    child.cancel();
-    let _ = ctl.await;
-    stop_holding().await;
-    if lost {
-        warn!("leadership lost: controllers stopped");
-        return Err(Error::LeaseLost);
-    }
-    Ok(())
-}
-
-/// `envbridge operator`: client from the environment (KUBECONFIG or in-cluster); SIGTERM or
-/// Ctrl-C stops it, SIGUSR1 logs the requests sent so far.
-pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
-    let format = if args.log_json {
-        LogFormat::Json
-    } else {
-        LogFormat::Text
-    };
-    launch::logging::init(format);
-    let mut renamed = launch::legacy_env::Renamed::default();
-    let args = args.with_renamed(&mut renamed);
-    renamed.log();
-    launch::runtime::block_on(None, async move {
-        let config = kube::Config::infer()
-            .await
-            .map_err(|e| Error::Config(e.to_string()))?;
-        let count = Arc::new(super::requests::RequestCount::default());
-        let client = launch::client::observed(config, count.clone()).map_err(Error::Client)?;
-        let shutdown = CancellationToken::new();
-        let s = shutdown.clone();
-        tokio::spawn(async move {
-            crate::signal::shutdown_signal().await;
-            s.cancel();
-        });
-        // SIGUSR1: log the requests sent so far (the benchmark reads them at STANDBY).
-        let c = count.clone();
-        if let Ok(mut usr1) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
-        {
-            tokio::spawn(async move {
-                while usr1.recv().await.is_some() {
-                    info!(
-                        apiserver_requests = c.total(),
-                        by_verb = %c.summary(),
-                        "requests so far"
-                    );
-                }
-            });
-        }
-        let result = run(client, args, shutdown).await;
-        // One fixed-format line (the benchmark reads it).
-        info!(
-            apiserver_requests = count.total(),
-            reads = count.get.load(std::sync::atomic::Ordering::Relaxed),
-            writes = count.write.load(std::sync::atomic::Ordering::Relaxed),
-            by_verb = %count.summary(),
-            "operator stopped"
-        );
-        result.map(|()| std::process::ExitCode::SUCCESS)
-    })
 }

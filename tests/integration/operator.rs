@@ -22,6 +22,8 @@ use tokio_util::sync::CancellationToken;
 use crate::support::TestNamespace;
 
 mod hooks;
+mod probes;
+mod real_nodes;
 
 const OPERATOR_SA: &str = "system:serviceaccount:envbridge-system:envbridge-operator";
 const DISCOVERY_PORT: u16 = 47321;
@@ -109,6 +111,11 @@ async fn install(admin: &Client) -> Res {
 
 /// A client acting as the operator's ServiceAccount (the RBAC of manifests/deploy/ applies).
 async fn operator_client(kubeconfig: &Path) -> Res<Client> {
+    Ok(Client::try_from(operator_config(kubeconfig).await?)?)
+}
+
+/// The configuration of [`operator_client`].
+async fn operator_config(kubeconfig: &Path) -> Res<Config> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
     let mut cfg = Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     cfg.auth_info.impersonate = Some(OPERATOR_SA.into());
@@ -117,7 +124,7 @@ async fn operator_client(kubeconfig: &Path) -> Res<Client> {
         "system:serviceaccounts:envbridge-system".into(),
         "system:authenticated".into(),
     ]);
-    Ok(Client::try_from(cfg)?)
+    Ok(cfg)
 }
 
 struct Running {
