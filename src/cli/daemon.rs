@@ -529,7 +529,7 @@ mod tests {
     fn the_shipped_deployment_config_parses() {
         let text = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/manifests/deploy/daemon-deployment.yaml"
+            "/manifests/deploy/base/daemon-deployment.yaml"
         ))
         .expect("manifest");
         let block: String = text

@@ -22,6 +22,11 @@ pub struct DemoArgs {
     /// Simulated FLP nodes (one readout -> StfBuilder -> StfSender chain on each).
     #[arg(long, default_value_t = 4)]
     pub nodes: u32,
+    /// Run on N REAL nodes instead (a kubelet and containerd each): the tasks in real
+    /// containers, the daemon and the operator deployed in the cluster from
+    /// manifests/deploy/local.
+    #[arg(long, default_value_t = 0, conflicts_with = "tasks")]
+    pub real_nodes: u32,
     /// The project's manifests directory.
     #[arg(long, default_value = "manifests")]
     pub manifests: PathBuf,
@@ -196,11 +201,23 @@ async fn demo(
         Some(_) => placed.iter().map(|(n, _)| *n).max().unwrap_or(1),
         None => args.nodes,
     };
-    step(&format!(
-        "local control plane with {nodes} simulated FLP nodes"
-    ));
+    let real = args.real_nodes;
+    if real > 0 {
+        step(&format!(
+            "local control plane with {real} real nodes (and {nodes} simulated)"
+        ));
+    } else {
+        step(&format!(
+            "local control plane with {nodes} simulated FLP nodes"
+        ));
+    }
     let t = Instant::now();
-    let info = envbridge::dev::ensure_up(nodes)
+    let spec = envbridge::dev::UpSpec {
+        nodes,
+        real_nodes: real,
+        exe: None,
+    };
+    let info = envbridge::dev::ensure_up_with(&spec)
         .await
         .map_err(|e| format!("the local control plane: {e}"))?;
     say(&format!(
@@ -286,46 +303,70 @@ async fn demo(
             daemon_args.extend(f.sets.iter().map(|(k, _)| format!("--allow-variable={k}")));
         }
     }
-    let sim_args = [
-        "dev".to_string(),
-        "sim-runner".into(),
-        format!("--kubeconfig={kubeconfig}"),
-        format!("--log-dir={}", run_dir.join("simulators").display()),
-        // Basic and hook tasks' processes run to completion.
-        "--complete-tasks".into(),
-    ];
-    children.spawn(&exe, "sim-runner", &sim_args, &run_dir, &kubeconfig)?;
-    // A free port for its metrics and probes: a second demo or a site's operator may hold
-    // the default one.
-    children.spawn(
-        &exe,
-        "operator",
-        &[
-            "operator".to_string(),
-            "--metrics-listen=127.0.0.1:0".to_string(),
-        ],
-        &run_dir,
-        &kubeconfig,
-    )?;
-    children.spawn(&exe, "daemon", &daemon_args, &run_dir, &kubeconfig)?;
-    say(&format!("logs in {}", run_dir.display()));
-    let api = connect_with_retry(&format!("http://127.0.0.1:{port}"), &token, children).await?;
-    let api = live.api.insert(api);
-    say(&format!("daemon serving on 127.0.0.1:{port}"));
-    super::demo_hold::announce(http_port, &token_file);
-
     let kubectl = Kubectl {
         bin: info.kubectl.clone(),
         kubeconfig: info.kubeconfig.clone(),
     };
+    let (api_addr, http, logs) = if real > 0 {
+        step("deploying the daemon and the operator in the cluster (manifests/deploy/local)");
+        let d =
+            super::demo_cluster::deploy(&kube, &info.kubectl, &info.kubeconfig, &manifests, &token)
+                .await;
+        let d = children.deployed.insert(d?);
+        (
+            d.grpc.clone(),
+            d.http.clone(),
+            super::demo_cluster::TaskLogs::Kubelet(kube.clone()),
+        )
+    } else {
+        let sim_args = [
+            "dev".to_string(),
+            "sim-runner".into(),
+            format!("--kubeconfig={kubeconfig}"),
+            format!("--log-dir={}", run_dir.join("simulators").display()),
+            // Basic and hook tasks' processes run to completion.
+            "--complete-tasks".into(),
+        ];
+        children.spawn(&exe, "sim-runner", &sim_args, &run_dir, &kubeconfig)?;
+        // A free port for its metrics and probes: a second demo or a site's operator may
+        // hold the default one.
+        children.spawn(
+            &exe,
+            "operator",
+            &[
+                "operator".to_string(),
+                "--metrics-listen=127.0.0.1:0".to_string(),
+            ],
+            &run_dir,
+            &kubeconfig,
+        )?;
+        children.spawn(&exe, "daemon", &daemon_args, &run_dir, &kubeconfig)?;
+        say(&format!("logs in {}", run_dir.display()));
+        (
+            format!("http://127.0.0.1:{port}"),
+            format!("127.0.0.1:{http_port}"),
+            super::demo_cluster::TaskLogs::Dir(run_dir.join("simulators")),
+        )
+    };
+    let api = connect_with_retry(&api_addr, &token, children).await?;
+    let api = live.api.insert(api);
+    say(&format!(
+        "daemon serving on {}",
+        api_addr.trim_start_matches("http://")
+    ));
+    super::demo_hold::announce(&http, &token_file);
+
     if let Some(f) = &foreign {
         let summary = cycle_of(f, api, &mut live.environments, &kubectl).await?;
         if args.hold {
-            super::demo_hold::until_ctrl_c(http_port, &token_file).await?;
+            super::demo_hold::until_ctrl_c(&http, &token_file).await?;
         }
         return Ok(summary);
     }
-    let hosts: Vec<String> = (1..=args.nodes).map(|i| format!("flp{i:03}")).collect();
+    let hosts: Vec<String> = match real {
+        0 => (1..=args.nodes).map(|i| format!("flp{i:03}")).collect(),
+        n => info.real_hosts.iter().take(n as usize).cloned().collect(),
+    };
     let hosts_json = serde_json::to_string(&hosts).map_err(|e| e.to_string())?;
 
     step(&format!(
@@ -353,7 +394,7 @@ async fn demo(
 
     let timings = run_cycle(api, &mut live.environments, &kubectl, &created).await?;
 
-    let bad_host = &hosts[(FAILING_HOST_INDEX.min(args.nodes) - 1) as usize];
+    let bad_host = &hosts[(FAILING_HOST_INDEX.min(hosts.len() as u32) - 1) as usize];
     step(&format!(
         "failure: a second environment whose StfBuilder on {bad_host} is told to fail CONFIGURE"
     ));
@@ -391,21 +432,15 @@ async fn demo(
         &kubectl,
         &hosts_json,
         bad_host,
-        &run_dir.join("simulators"),
+        &logs,
     )
     .await?;
     if args.hold {
-        super::demo_hold::hold(
-            api,
-            &mut live.environments,
-            &hosts_json,
-            http_port,
-            &token_file,
-        )
-        .await?;
+        super::demo_hold::hold(api, &mut live.environments, &hosts_json, &http, &token_file)
+            .await?;
     }
 
-    Ok(json!({
+    let mut summary = json!({
         "nodes": created.nodes,
         "tasks": created.tasks,
         "transitions": timings,
@@ -413,7 +448,12 @@ async fn demo(
         "failed_task": failed_task,
         "midrun_failure_reported_ms": midrun_ms,
         "midrun_failed_task": midrun_task,
-    }))
+    });
+    if real > 0 {
+        summary["real_nodes"] = json!(real);
+        summary["in_cluster"] = json!(true);
+    }
+    Ok(summary)
 }
 
 /// CONFIGURE -> START -> STOP -> RESET, then destroy; the time of each transition.
@@ -686,10 +726,12 @@ impl Kubectl {
     }
 }
 
-/// Child processes the demo started, each in its own process group with its own log.
+/// Child processes the demo started, each in its own process group with its own log, and
+/// what it deployed in the cluster.
 #[derive(Default)]
 struct Children {
     running: Vec<(String, u32, PathBuf)>,
+    deployed: Option<super::demo_cluster::Deployed>,
 }
 
 impl Children {
@@ -725,6 +767,9 @@ impl Children {
     }
 
     fn stop(&mut self) {
+        if let Some(d) = self.deployed.take() {
+            d.remove();
+        }
         let pids: Vec<u32> = self.running.iter().map(|(_, pid, _)| *pid).collect();
         let left = process::stop_groups(&pids, Duration::from_secs(10));
         for (name, pid, _) in self.running.drain(..) {

@@ -5,9 +5,9 @@ use super::demo::{create, destroy, say, step, transition};
 use super::env_connect::Client;
 
 /// The dashboard's address and where its login token is (never the token itself).
-pub fn announce(http_port: u16, token_file: &std::path::Path) {
+pub fn announce(http: &str, token_file: &std::path::Path) {
     say(&format!(
-        "dashboard: http://127.0.0.1:{http_port}/ui/ (log in with the admin token in {}, a file only you may read)",
+        "dashboard: http://{http}/ui/ (log in with the admin token in {}, a file only you may read)",
         token_file.display()
     ));
 }
@@ -17,7 +17,7 @@ pub async fn hold(
     api: &mut Client,
     live: &mut Vec<String>,
     hosts_json: &str,
-    http_port: u16,
+    http: &str,
     token_file: &std::path::Path,
 ) -> Result<(), String> {
     step("--hold: an environment left RUNNING for you to look at");
@@ -38,7 +38,7 @@ pub async fn hold(
             return Err(format!("{event} of {}: {}", env.id, r.message));
         }
     }
-    until_ctrl_c(http_port, token_file).await?;
+    until_ctrl_c(http, token_file).await?;
     destroy(api, &env.id).await?;
     live.retain(|id| id != &env.id);
     say(&format!("environment {} destroyed", env.id));
@@ -46,8 +46,8 @@ pub async fn hold(
 }
 
 /// Keeps everything up (the daemon, its dashboard, the operator) until Ctrl-C.
-pub async fn until_ctrl_c(http_port: u16, token_file: &std::path::Path) -> Result<(), String> {
-    announce(http_port, token_file);
+pub async fn until_ctrl_c(http: &str, token_file: &std::path::Path) -> Result<(), String> {
+    announce(http, token_file);
     say("everything stays up until Ctrl-C");
     tokio::signal::ctrl_c()
         .await

@@ -1,7 +1,6 @@
 //! The demo's mid-run failure: a process that fails while RUNNING, unprompted by any
 //! transition, and how long the Environment takes to show it.
 
-use std::path::Path;
 use std::time::Duration;
 
 use envbridge::server::pb;
@@ -25,7 +24,7 @@ pub async fn show(
     kubectl: &Kubectl,
     hosts_json: &str,
     host: &str,
-    simulator_logs: &Path,
+    logs: &super::demo_cluster::TaskLogs,
 ) -> Result<(u64, String), String> {
     step(&format!(
         "mid-run failure: a third environment whose StfBuilder on {host} fails by itself 2 s into RUNNING"
@@ -74,8 +73,9 @@ pub async fn show(
         .iter()
         .find(|f| f.critical)
         .ok_or("ERROR without a critical failing task")?;
-    let log = simulator_logs.join(format!("{}_{}.log", e.namespace, failed.task));
-    let changed = sim_change_ms(&log)?;
+    let text = logs.text(&e.namespace, &failed.task).await?;
+    let changed = envbridge::control::sim::last_self_error_ms(&text)
+        .ok_or_else(|| format!("{}: no self-inflicted change logged", failed.task))?;
     let ms = at.saturating_sub(changed);
     say(&format!(
         "ERROR shown {ms} ms after the simulator's own change: task {} on {}: {}",
@@ -94,11 +94,4 @@ fn unix_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// The `unix_ms` of the simulator's last change by itself, from its log file.
-fn sim_change_ms(log: &Path) -> Result<u64, String> {
-    let text = std::fs::read_to_string(log).map_err(|e| format!("{}: {e}", log.display()))?;
-    envbridge::control::sim::last_self_error_ms(&text)
-        .ok_or_else(|| format!("{}: no self-inflicted change logged", log.display()))
 }

@@ -8,6 +8,7 @@ mod daemon;
 mod daemon_file;
 mod daemon_values;
 mod demo;
+mod demo_cluster;
 mod demo_hold;
 mod demo_midrun;
 mod env;

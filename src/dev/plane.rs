@@ -248,6 +248,7 @@ async fn ensure_real_nodes(
     let access = realnode::PlaneAccess {
         dir,
         server: format!("https://127.0.0.1:{}", st.apiserver_port),
+        apiserver_port: st.apiserver_port,
         pki: pki::files(&dir.join("pki")),
         exe: &exe,
     };

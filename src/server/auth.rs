@@ -158,18 +158,19 @@ impl Tokens {
         Ok(Tokens { entries })
     }
 
-    /// Reads a token file; refused when others than its owner may read it.
+    /// Reads a token file; refused when others than its owner may read it. Its group may,
+    /// when that group is this process's own: a Kubernetes Secret volume is owned by root and
+    /// given to the pod's `fsGroup` (mode 0440), the only way a non-root container reads it.
     pub fn load(path: &Path) -> Result<Tokens, String> {
         let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
         #[cfg(unix)]
         {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = meta.permissions().mode();
-            if mode & 0o077 != 0 {
+            use std::os::unix::fs::MetadataExt;
+            if let Some(why) = too_open(meta.mode(), meta.gid(), own_groups().as_slice()) {
                 return Err(format!(
-                    "{}: readable by others than its owner (mode {:o}): chmod 600 it",
+                    "{}: readable by {why} (mode {:o}): chmod 600 it",
                     path.display(),
-                    mode & 0o777
+                    meta.mode() & 0o777
                 ));
             }
         }
@@ -233,6 +234,31 @@ impl tonic::service::Interceptor for BearerAuth {
             None => Err(Status::unauthenticated("invalid bearer token")),
         }
     }
+}
+
+/// Why a token file of `mode` and group `gid` is readable by too many, if it is: by anyone
+/// (world bits), or by a group this process is not in.
+fn too_open(mode: u32, gid: u32, own_groups: &[u32]) -> Option<&'static str> {
+    if mode & 0o007 != 0 {
+        return Some("others than its owner");
+    }
+    if mode & 0o070 != 0 && !own_groups.contains(&gid) {
+        return Some("a group this process is not in");
+    }
+    None
+}
+
+/// This process's effective and supplementary groups.
+#[cfg(unix)]
+fn own_groups() -> Vec<u32> {
+    // SAFETY: getegid cannot fail; getgroups fills at most `len` entries of the buffer.
+    let mut groups = vec![unsafe { libc::getegid() }];
+    let mut buf = [0 as libc::gid_t; 64];
+    let n = unsafe { libc::getgroups(buf.len() as libc::c_int, buf.as_mut_ptr()) };
+    if n > 0 {
+        groups.extend_from_slice(&buf[..n as usize]);
+    }
+    groups
 }
 
 #[cfg(test)]

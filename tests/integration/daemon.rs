@@ -1123,13 +1123,14 @@ async fn with_the_operator_a_rendered_readout_dataflow_runs_its_cycle_and_fails_
     operator.stop().await;
 }
 
-/// The daemon works under its own ServiceAccount with manifests/deploy/daemon-rbac.yaml, and
+/// The daemon works under its own ServiceAccount with manifests/deploy/base/daemon-rbac.yaml, and
 /// that RBAC does not let it write what it must not (Tasks, TaskTemplates).
 #[tokio::test]
 async fn the_daemon_runs_under_its_least_privilege_rbac() {
     let ns = Setup::shared("daemon-rbac").await;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
-    fixture::apply_manifest(&ns.client, &root.join("deploy/daemon-rbac.yaml")).await;
+    fixture::apply_manifest(&ns.client, &root.join("deploy/base/namespace.yaml")).await;
+    fixture::apply_manifest(&ns.client, &root.join("deploy/base/daemon-rbac.yaml")).await;
     let _sim = ns.sim(SimConfig::default());
     let sa = fixture::impersonating(
         &ns.kubeconfig,

@@ -3,6 +3,7 @@
 
 mod control;
 mod daemon;
+mod demo;
 mod dev;
 mod logs;
 mod operator;

@@ -96,13 +96,16 @@ async fn fixture(test: &str) -> Res<Fixture> {
 async fn install(admin: &Client) -> Res {
     envbridge::install::crds(admin).await?;
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
-    let files = ["deploy/operator-rbac.yaml"]
-        .into_iter()
-        .map(String::from)
-        .chain(
-            ["readout", "stfbuilder-senderoutput", "stfsender"]
-                .map(|t| format!("task-templates/{t}.yaml")),
-        );
+    let files = [
+        "deploy/base/namespace.yaml",
+        "deploy/base/operator-rbac.yaml",
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain(
+        ["readout", "stfbuilder-senderoutput", "stfsender"]
+            .map(|t| format!("task-templates/{t}.yaml")),
+    );
     for file in files {
         envbridge::dev::fixtures::apply_file(admin, &root.join(file), "envbridge-tests").await?;
     }

@@ -29,7 +29,10 @@ pub use entry::{Entry, EntryKind};
 pub use error::ImageError;
 pub use import::{NAMESPACE, SNAPSHOTTER, ensure_imported, import, imported_digest};
 pub use layout::{Archive, ImageSpec, PATH_ENV, write_oci_archive};
-pub use rootfs::{ANCHOR_BIN, ANCHOR_COMMANDS, ENVBRIDGE, FLP_UID, rootfs_entries};
+pub use rootfs::{
+    ANCHOR_BIN, ANCHOR_COMMANDS, ENVBRIDGE, FLP_UID, MANIFEST_DIRS, rootfs_entries,
+    rootfs_entries_with,
+};
 
 /// The task image: the executable, entered under the anchor's command names.
 pub const IMAGE: &str = "localhost/envbridge:dev";
@@ -40,13 +43,24 @@ pub const ARCHIVE_FILE: &str = "envbridge-images.oci.tar";
 /// Config label carrying the blake3 hex of the executable the images hold.
 pub const BUILD_LABEL: &str = "envbridge.dev/build";
 
-/// Builds [`IMAGE`] and [`PAUSE_IMAGE`] of `exe` into `out_dir/`[`ARCHIVE_FILE`].
+/// The project's manifests directory this executable was built from, when it is still
+/// there (its workflows and site profile go into the image, see [`MANIFEST_DIRS`]);
+/// `ENVBRIDGE_MANIFESTS` names another.
+pub fn manifests_dir() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("ENVBRIDGE_MANIFESTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests"));
+    dir.join(MANIFEST_DIRS[0].0).is_dir().then_some(dir)
+}
+
+/// Builds [`IMAGE`] and [`PAUSE_IMAGE`] of `exe` (and the workflows of [`manifests_dir`])
+/// into `out_dir/`[`ARCHIVE_FILE`].
 pub fn build(exe: &Path, out_dir: &Path) -> Result<Archive, ImageError> {
     std::fs::create_dir_all(out_dir).map_err(|source| ImageError::Write {
         path: out_dir.into(),
         source,
     })?;
-    let entries = rootfs_entries(exe)?;
+    let entries = rootfs_entries_with(exe, manifests_dir().as_deref())?;
     let executable = entries
         .iter()
         .find(|e| e.path == ENVBRIDGE)

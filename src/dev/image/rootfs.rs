@@ -48,7 +48,45 @@ const NSSWITCH: &str = "passwd: files\ngroup: files\nshadow: files\nhosts: files
 /// from the files (symlinks followed); nothing of the host's timestamps or owners is kept,
 /// so the same files always give the same entries.
 pub fn rootfs_entries(exe: &Path) -> Result<Vec<Entry>, ImageError> {
+    rootfs_entries_with(exe, None)
+}
+
+/// Where the project's workflows and site profile go in the image, for the daemon deployed
+/// in a cluster (manifests/deploy/local): `<manifests>/<from>/*.yaml` -> `<to>/`.
+pub const MANIFEST_DIRS: &[(&str, &str)] = &[
+    (
+        "control-workflows/tasks",
+        "/etc/envbridge/control-workflows/tasks",
+    ),
+    (
+        "control-workflows/workflows",
+        "/etc/envbridge/control-workflows/workflows",
+    ),
+    ("site", "/etc/envbridge/site"),
+];
+
+/// [`rootfs_entries`] plus, from the project's `manifests` directory, the files of
+/// [`MANIFEST_DIRS`].
+pub fn rootfs_entries_with(exe: &Path, manifests: Option<&Path>) -> Result<Vec<Entry>, ImageError> {
     let mut tree = Tree::default();
+    if let Some(dir) = manifests {
+        for (from, to) in MANIFEST_DIRS {
+            let src = dir.join(from);
+            let rd = std::fs::read_dir(&src).map_err(|source| ImageError::Read {
+                path: src.clone(),
+                source,
+            })?;
+            let mut files: Vec<std::path::PathBuf> = rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml"))
+                .collect();
+            files.sort();
+            for f in files {
+                let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                tree.add(Entry::file(&format!("{to}/{name}"), 0o644, read(&f)?))?;
+            }
+        }
+    }
     tree.add(Entry::file(ENVBRIDGE, 0o755, read(exe)?))?;
     for tool in HOST_TOOLS {
         tree.add(host_file(tool)?)?;

@@ -80,9 +80,36 @@ pub fn layout(plane_dir: &Path, r: u32) -> Result<NodeLayout> {
 pub struct PlaneAccess<'a> {
     pub dir: &'a Path,
     pub server: String,
+    pub apiserver_port: u16,
     pub pki: pki::PkiFiles,
     /// The envbridge executable the node's images are built from.
     pub exe: &'a Path,
+}
+
+/// Namespace of envbridge's own deployments (manifests/deploy).
+pub const SYSTEM_NAMESPACE: &str = "envbridge-system";
+/// ConfigMap there telling in-cluster clients where the apiserver is: the local plane has
+/// no kube-proxy behind the `kubernetes` Service (manifests/deploy/local reads it).
+pub const APISERVER_CONFIGMAP: &str = "envbridge-apiserver";
+
+/// Writes [`APISERVER_CONFIGMAP`] for the apiserver on 127.0.0.1:`port`.
+pub async fn ensure_apiserver_configmap(client: &Client, port: u16) -> Result<()> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kube::api::{Patch, PatchParams};
+    let pp = PatchParams::apply("envbridge-dev").force();
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": SYSTEM_NAMESPACE}});
+    Api::<Namespace>::all(client.clone())
+        .patch(SYSTEM_NAMESPACE, &pp, &Patch::Apply(&ns))
+        .await?;
+    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": APISERVER_CONFIGMAP, "namespace": SYSTEM_NAMESPACE},
+        "data": {"KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                 "KUBERNETES_SERVICE_PORT": port.to_string()}});
+    Api::<ConfigMap>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .patch(APISERVER_CONFIGMAP, &pp, &Patch::Apply(&cm))
+        .await?;
+    Ok(())
 }
 
 /// The apiserver calls kubelets (logs, exec, port-forward) as [`pki::KUBELET_CLIENT_USER`];
@@ -330,6 +357,7 @@ pub async fn ensure(
         .await
         .map_err(|e| DevError::Build(format!("build task failed: {e}")))??;
     ensure_apiserver_access(client).await?;
+    ensure_apiserver_configmap(client, plane.apiserver_port).await?;
     let mut started = Vec::new();
     for r in to_start {
         let node = layout(plane.dir, r)?;
