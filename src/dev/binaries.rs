@@ -121,17 +121,24 @@ pub fn ensure_built() -> Result<Binaries> {
         )));
     }
     let root = paths::cache_root();
-    let bin_root = root.join("bin");
-    std::fs::create_dir_all(&bin_root).ctx("creating", &bin_root)?;
-    let lock_path = bin_root.join(format!("{KEY}.lock"));
-    let lock = std::fs::File::create(&lock_path).ctx("creating", &lock_path)?;
-    lock.lock().ctx("locking", &lock_path)?;
+    let _lock = build_lock(KEY)?;
     let bins = Binaries::in_dir(&dir);
     if bins.complete() {
         return Ok(bins);
     }
     build(&root, &dir)?;
     Ok(Binaries::in_dir(&dir))
+}
+
+/// The lock (held while the returned file lives) that makes concurrent callers build the
+/// binaries of `key` once.
+pub(crate) fn build_lock(key: &str) -> Result<std::fs::File> {
+    let bin_root = paths::cache_root().join("bin");
+    std::fs::create_dir_all(&bin_root).ctx("creating", &bin_root)?;
+    let lock_path = bin_root.join(format!("{key}.lock"));
+    let lock = std::fs::File::create(&lock_path).ctx("creating", &lock_path)?;
+    lock.lock().ctx("locking", &lock_path)?;
+    Ok(lock)
 }
 
 fn build(root: &Path, dir: &Path) -> Result<()> {

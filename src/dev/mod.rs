@@ -165,16 +165,7 @@ fn print_status(st: &plane::Status) -> ExitCode {
         "etcd: http://127.0.0.1:{} (peer {})",
         state.etcd_client_port, state.etcd_peer_port
     );
-    for (c, alive) in &st.alive {
-        println!(
-            "{}: pid {} {} log {}",
-            c.name,
-            c.pid,
-            if *alive { "running" } else { "NOT RUNNING" },
-            c.log.display()
-        );
-    }
-    for (c, alive) in &st.real_alive {
+    for (c, alive) in st.alive.iter().chain(&st.real_alive) {
         println!(
             "{}: pid {} {} log {}",
             c.name,

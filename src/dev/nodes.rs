@@ -11,45 +11,31 @@ use kube::{Api, Client};
 use super::addressing::{self, HOST_LABEL, KWOK_NODE_LABEL, NODE_KIND_LABEL};
 use super::error::{DevError, Result};
 
-/// The Node object for node `n` (1-based).
-pub fn node_object(n: u32) -> Result<Node> {
-    let ip = addressing::node_ip(n).ok_or_else(|| {
-        DevError::Invalid(format!(
-            "node index {n} outside 1..={}",
-            addressing::MAX_NODES
-        ))
-    })?;
-    let cidr = addressing::pod_cidr(n)
-        .ok_or_else(|| DevError::Invalid(format!("node index {n} has no pod CIDR")))?;
-    let name = addressing::node_name(n);
-    let labels = BTreeMap::from([
-        (HOST_LABEL.to_string(), addressing::host_name(n)),
-        (KWOK_NODE_LABEL.0.to_string(), KWOK_NODE_LABEL.1.to_string()),
-        (
-            NODE_KIND_LABEL.to_string(),
-            addressing::NODE_KIND_SIMULATED.to_string(),
-        ),
-        ("kubernetes.io/hostname".to_string(), name.clone()),
-        ("kubernetes.io/os".to_string(), "linux".to_string()),
-        ("kubernetes.io/arch".to_string(), "amd64".to_string()),
-    ]);
-    let annotations = BTreeMap::from([
-        ("kwok.x-k8s.io/node".to_string(), "fake".to_string()),
-        ("node.alpha.kubernetes.io/ttl".to_string(), "0".to_string()),
-    ]);
-    Ok(Node {
+/// A Node named `name` with `labels`, its loopback InternalIP `ip` and its host name as
+/// addresses (a node's status may be set on create, as the kubelet does; kwok and a kubelet
+/// with an external cloud provider keep them).
+fn node(
+    name: String,
+    ip: std::net::Ipv4Addr,
+    labels: Vec<(&str, String)>,
+    annotations: Option<BTreeMap<String, String>>,
+    spec: Option<NodeSpec>,
+) -> Node {
+    let mut all: BTreeMap<String, String> = labels
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    all.insert("kubernetes.io/hostname".into(), name.clone());
+    all.insert("kubernetes.io/os".into(), "linux".into());
+    all.insert("kubernetes.io/arch".into(), "amd64".into());
+    Node {
         metadata: ObjectMeta {
             name: Some(name.clone()),
-            labels: Some(labels),
-            annotations: Some(annotations),
+            labels: Some(all),
+            annotations,
             ..Default::default()
         },
-        spec: Some(NodeSpec {
-            pod_cidr: Some(cidr.clone()),
-            pod_cidrs: Some(vec![cidr]),
-            ..Default::default()
-        }),
-        // A node's status may be set on create (the kubelet does); kwok keeps these addresses.
+        spec,
         status: Some(NodeStatus {
             addresses: Some(vec![
                 NodeAddress {
@@ -63,7 +49,40 @@ pub fn node_object(n: u32) -> Result<Node> {
             ]),
             ..Default::default()
         }),
-    })
+    }
+}
+
+/// The Node object for node `n` (1-based).
+pub fn node_object(n: u32) -> Result<Node> {
+    let ip = addressing::node_ip(n).ok_or_else(|| {
+        DevError::Invalid(format!(
+            "node index {n} outside 1..={}",
+            addressing::MAX_NODES
+        ))
+    })?;
+    let cidr = addressing::pod_cidr(n)
+        .ok_or_else(|| DevError::Invalid(format!("node index {n} has no pod CIDR")))?;
+    let annotations = BTreeMap::from([
+        ("kwok.x-k8s.io/node".to_string(), "fake".to_string()),
+        ("node.alpha.kubernetes.io/ttl".to_string(), "0".to_string()),
+    ]);
+    let labels = vec![
+        (HOST_LABEL, addressing::host_name(n)),
+        (KWOK_NODE_LABEL.0, KWOK_NODE_LABEL.1.to_string()),
+        (NODE_KIND_LABEL, addressing::NODE_KIND_SIMULATED.to_string()),
+    ];
+    let spec = NodeSpec {
+        pod_cidr: Some(cidr.clone()),
+        pod_cidrs: Some(vec![cidr]),
+        ..Default::default()
+    };
+    Ok(node(
+        addressing::node_name(n),
+        ip,
+        labels,
+        Some(annotations),
+        Some(spec),
+    ))
 }
 
 /// The Node object of real node `r` (1-based), created before its kubelet starts: the
@@ -76,38 +95,11 @@ pub fn real_node_object(r: u32, ip: std::net::Ipv4Addr) -> Result<Node> {
             addressing::MAX_REAL_NODES
         )));
     }
-    let name = addressing::real_node_name(r);
-    let labels = BTreeMap::from([
-        (HOST_LABEL.to_string(), addressing::real_host_name(r)),
-        (
-            NODE_KIND_LABEL.to_string(),
-            addressing::NODE_KIND_REAL.to_string(),
-        ),
-        ("kubernetes.io/hostname".to_string(), name.clone()),
-        ("kubernetes.io/os".to_string(), "linux".to_string()),
-        ("kubernetes.io/arch".to_string(), "amd64".to_string()),
-    ]);
-    Ok(Node {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            labels: Some(labels),
-            ..Default::default()
-        },
-        spec: None,
-        status: Some(NodeStatus {
-            addresses: Some(vec![
-                NodeAddress {
-                    type_: "InternalIP".into(),
-                    address: ip.to_string(),
-                },
-                NodeAddress {
-                    type_: "Hostname".into(),
-                    address: name,
-                },
-            ]),
-            ..Default::default()
-        }),
-    })
+    let labels = vec![
+        (HOST_LABEL, addressing::real_host_name(r)),
+        (NODE_KIND_LABEL, addressing::NODE_KIND_REAL.to_string()),
+    ];
+    Ok(node(addressing::real_node_name(r), ip, labels, None, None))
 }
 
 /// Create nodes 1..=count that do not exist yet.

@@ -260,6 +260,35 @@ async fn transition(fx: &Fixture, env: &str, id: &str, event: Event) -> Res {
     Ok(())
 }
 
+/// Waits until the transition `id` of `env` is no longer Running.
+async fn wait_transition(fx: &Fixture, env: &str, id: &str) -> Res<Environment> {
+    wait_env(fx, env, &format!("transition {id} done"), |e| {
+        e.status
+            .as_ref()
+            .and_then(|s| s.transition.as_ref())
+            .is_some_and(|t| t.id == id && t.phase != TransitionPhase::Running)
+    })
+    .await
+}
+
+/// Asks `env` for `event` (transition `id`) and waits until it Succeeded; how long it took.
+async fn transition_succeeds(fx: &Fixture, env: &str, id: &str, event: Event) -> Res<Duration> {
+    let t0 = Instant::now();
+    transition(fx, env, id, event).await?;
+    let st = wait_transition(fx, env, id)
+        .await?
+        .status
+        .unwrap_or_default();
+    let phase = st.transition.as_ref().map(|t| t.phase);
+    assert_eq!(
+        phase,
+        Some(TransitionPhase::Succeeded),
+        "{:?}",
+        st.transition
+    );
+    Ok(t0.elapsed())
+}
+
 /// Deletes the environment and waits until no Task, Pod or Service of the namespace remains.
 async fn destroy(fx: &Fixture, env: &str) -> Res {
     let api: Api<Environment> = Api::namespaced(fx.admin.clone(), &fx.ns);
@@ -982,26 +1011,8 @@ async fn direct_and_fairmq_tasks_are_driven_over_the_control_protocol() -> Res {
         ("p1", Event::Stop, State::Configured),
         ("r1", Event::Reset, State::Standby),
     ] {
-        let t0 = Instant::now();
-        transition(&fx, "ed", id, event).await?;
-        let env = wait_env(&fx, "ed", &format!("{event} done"), |e| {
-            e.status
-                .as_ref()
-                .and_then(|s| s.transition.as_ref())
-                .is_some_and(|t| t.id == id && t.phase != TransitionPhase::Running)
-        })
-        .await?;
-        let st = env.status.unwrap();
-        assert_eq!(
-            st.transition.as_ref().unwrap().phase,
-            TransitionPhase::Succeeded,
-            "{:?}",
-            st.transition
-        );
-        println!(
-            "{event}: {:?} for 4 tasks (2 direct, 2 fairmq)",
-            t0.elapsed()
-        );
+        let took = transition_succeeds(&fx, "ed", id, event).await?;
+        println!("{event}: {took:?} for 4 tasks (2 direct, 2 fairmq)");
         let env = wait_env(&fx, "ed", &format!("{target}"), state_is(target)).await?;
         assert_eq!(env.status.unwrap().ready.as_deref(), Some("4/4"));
     }

@@ -82,11 +82,7 @@ pub fn ensure_built() -> Result<NodeBinaries> {
         return Ok(NodeBinaries::in_dir(&dir));
     }
     let root = paths::cache_root();
-    let bin_root = root.join("bin");
-    std::fs::create_dir_all(&bin_root).ctx("creating", &bin_root)?;
-    let lock_path = bin_root.join(format!("{KEY}.lock"));
-    let lock = std::fs::File::create(&lock_path).ctx("creating", &lock_path)?;
-    lock.lock().ctx("locking", &lock_path)?;
+    let _lock = plane::build_lock(KEY)?;
     if NodeBinaries::in_dir(&dir).complete() {
         return Ok(NodeBinaries::in_dir(&dir));
     }

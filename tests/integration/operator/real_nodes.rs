@@ -47,16 +47,6 @@ fn ns_of(pid: &str, ns: &str) -> String {
         .unwrap_or_default()
 }
 
-async fn wait_transition(fx: &Fixture, env: &str, id: &str) -> Res<Environment> {
-    wait_env(fx, env, &format!("transition {id} done"), |e| {
-        e.status
-            .as_ref()
-            .and_then(|s| s.transition.as_ref())
-            .is_some_and(|t| t.id == id && t.phase != TransitionPhase::Running)
-    })
-    .await
-}
-
 /// One direct task (readout: a log file, privileged, hostIPC) and one FairMQ device on a real
 /// node: the processes run in containers of the node's kubepods cgroup, as the template's
 /// user, on the node's address; they reach STANDBY and follow a whole cycle; their logs come
@@ -139,17 +129,8 @@ async fn tasks_run_in_real_containers_and_follow_a_cycle() -> Res {
         ("p1", Event::Stop, State::Configured),
         ("r1", Event::Reset, State::Standby),
     ] {
-        let t0 = Instant::now();
-        transition(&fx, "er", id, event).await?;
-        let env = wait_transition(&fx, "er", id).await?;
-        let st = env.status.unwrap();
-        assert_eq!(
-            st.transition.as_ref().unwrap().phase,
-            TransitionPhase::Succeeded,
-            "{:?}",
-            st.transition
-        );
-        println!("{event} on a real node: {:?}", t0.elapsed());
+        let took = transition_succeeds(&fx, "er", id, event).await?;
+        println!("{event} on a real node: {took:?}");
         wait_env(&fx, "er", &format!("{target}"), state_is(target)).await?;
     }
 
