@@ -266,11 +266,14 @@ async fn a_container_exit_and_a_missing_image_fail_their_tasks_with_the_kubelets
     finish(fx).await
 }
 
-/// A node lost mid-run (its kubelet, containerd and containers all stopped, as when a
-/// machine dies) fails its tasks and the environment within 45 s, naming them. The node is
-/// started again afterwards for the tests that follow.
+/// Two faults of one node, RUNNING: first its kubelet stops alone (its containers keep
+/// answering): the Node goes NotReady, but no task is failed and a transition still goes
+/// through; then the node is lost (kubelet, containerd and containers all stopped, as when a
+/// machine dies): its tasks and the environment fail within 45 s, named. The node is started
+/// again afterwards for the tests that follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_lost_mid_run_fails_its_tasks_within_45_seconds() -> Res {
+async fn a_kubelet_stopped_alone_fails_nothing_and_a_node_lost_fails_its_tasks_within_45_s() -> Res
+{
     let nodes = real_nodes().await?;
     let n3 = node(&nodes, "real003").clone();
     let fx = fixture("real-lost").await?;
@@ -290,10 +293,40 @@ async fn a_node_lost_mid_run_fails_its_tasks_within_45_seconds() -> Res {
     deploy(&fx, "el", &tasks, false).await?;
     wait_env(&fx, "el", "STANDBY", state_is(State::Standby)).await?;
     for (id, event) in [("c1", Event::Configure), ("s1", Event::Start)] {
-        transition(&fx, "el", id, event).await?;
-        wait_transition(&fx, "el", id).await?;
+        transition_succeeds(&fx, "el", id, event).await?;
     }
     wait_env(&fx, "el", "RUNNING", state_is(State::Running)).await?;
+
+    // The kubelet alone: the Node goes NotReady (the controller-manager's grace period) while
+    // the containers keep answering their control connections.
+    realnode::stop_kubelet(&n3);
+    let nodes_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(fx.admin.clone());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ready = nodes_api
+            .get(&n3.name)
+            .await?
+            .status
+            .and_then(|s| s.conditions)
+            .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status);
+        if ready.as_deref() != Some("True") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{} never went NotReady", n3.name);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // A few more heartbeats' worth: nothing may fail meanwhile.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let env = Api::<Environment>::namespaced(fx.admin.clone(), &fx.ns)
+        .get("el")
+        .await?;
+    let st = env.status.clone().unwrap_or_default();
+    assert_eq!(st.state, Some(State::Running), "{st:?}");
+    assert!(st.failing_tasks.is_empty(), "{:?}", st.failing_tasks);
+    let took = transition_succeeds(&fx, "el", "p1", Event::Stop).await?;
+    println!("STOP with the node's kubelet down (Node NotReady): {took:?}");
+    transition_succeeds(&fx, "el", "s2", Event::Start).await?;
 
     let lost = Instant::now();
     let left = tokio::task::spawn_blocking(move || realnode::stop(&n3)).await?;
