@@ -140,6 +140,25 @@ async fn tasks_run_in_real_containers_and_follow_a_cycle() -> Res {
         log.contains(&format!("listening on {}:{}", n1.ip, tasks[0].control_port)),
         "kubelet log: {log}"
     );
+    let want = format!("listening on {}:{}", n1.ip, tasks[0].control_port);
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+        .args(["logs", "er", &tasks[0].name, "-n", &fx.ns])
+        .arg(format!("--kubeconfig={}", fx.kubeconfig.display()))
+        .output()?;
+    let cli_out = String::from_utf8_lossy(&cli.stdout);
+    assert!(
+        cli.status.success() && cli_out.contains(&want),
+        "envbridge logs: {cli:?}"
+    );
+    let info = crate::support::cluster().await;
+    let kubectl = std::process::Command::new(&info.kubectl)
+        .arg(format!("--kubeconfig={}", info.kubeconfig.display()))
+        .args(["logs", "-n", &fx.ns, &tasks[0].name])
+        .output()?;
+    assert!(
+        String::from_utf8_lossy(&kubectl.stdout).contains(&want),
+        "kubectl logs: {kubectl:?}"
+    );
     let file = std::fs::read_to_string("/tmp/envbridge-readout.log")?;
     assert!(file.contains(&format!("{}:{}", n1.ip, tasks[0].control_port)));
 
@@ -164,8 +183,8 @@ async fn tasks_run_in_real_containers_and_follow_a_cycle() -> Res {
 }
 
 /// A container that exits fails its Task with the exit code (the simulator exits 70 on an
-/// injected crash); an image the node lacks fails its Task at start-up with the kubelet's
-/// own reason.
+/// injected crash); an image the node lacks, or a mount the kubelet refuses, fails its Task
+/// at start-up with the kubelet's own words.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_exit_and_a_missing_image_fail_their_tasks_with_the_kubelets_words() -> Res {
     real_nodes().await?;
@@ -179,7 +198,33 @@ async fn a_container_exit_and_a_missing_image_fail_their_tasks_with_the_kubelets
             {"name": "t", "image": "localhost/envbridge:absent", "imagePullPolicy": "Never"}]}}
     }))?;
     templates.create(&Default::default(), &tt).await?;
-    let op = start(&fx, None).await?;
+    // A mount the kubelet refuses: a hostPath of type Directory that does not exist.
+    let refused = format!("refused-{}", crate::support::random_suffix());
+    let tt: TaskTemplate = serde_json::from_value(json!({
+        "apiVersion": "envbridge.dev/v1alpha1", "kind": "TaskTemplate",
+        "metadata": {"name": refused},
+        "spec": {"controlMode": "direct", "pod": {"hostNetwork": true, "hostIPC": true,
+            "containers": [{"name": "t", "image": envbridge::dev::image::IMAGE,
+                "volumeMounts": [{"name": "gone", "mountPath": "/gone"}]}],
+            "volumes": [{"name": "gone",
+                "hostPath": {"path": "/nonexistent/envbridge-test", "type": "Directory"}}]}}
+    }))?;
+    templates.create(&Default::default(), &tt).await?;
+    let client = operator_client(&fx.kubeconfig).await?;
+    let stop = CancellationToken::new();
+    let op = Running {
+        stop: stop.clone(),
+        handle: tokio::spawn(envbridge::operator::run(
+            client,
+            OperatorArgs {
+                // The refused mount is reported with the kubelet's events once the pod is
+                // not Running after this long.
+                startup_timeout_seconds: 15,
+                ..args(&fx.ns, None)
+            },
+            stop,
+        )),
+    };
     let mut crash = real_task(
         "ex",
         "real002",
@@ -202,7 +247,23 @@ async fn a_container_exit_and_a_missing_image_fail_their_tasks_with_the_kubelets
     );
     missing.template = absent.clone();
     missing.critical = false;
-    deploy(&fx, "ex", &[crash.clone(), missing.clone()], false).await?;
+    let mut mount = real_task(
+        "ex",
+        "real002",
+        "readout",
+        3,
+        ControlMode::Direct,
+        "/opt/o2/bin/o2-task",
+    );
+    mount.template = refused.clone();
+    mount.critical = false;
+    deploy(
+        &fx,
+        "ex",
+        &[crash.clone(), missing.clone(), mount.clone()],
+        false,
+    )
+    .await?;
 
     let tasks: Api<Task> = Api::namespaced(fx.admin.clone(), &fx.ns);
     let deadline = Instant::now() + WAIT;
@@ -223,6 +284,24 @@ async fn a_container_exit_and_a_missing_image_fail_their_tasks_with_the_kubelets
     };
     assert!(message.contains("ErrImageNeverPull"), "{message}");
     assert!(message.contains("localhost/envbridge:absent"), "{message}");
+    let deadline = Instant::now() + WAIT;
+    let message = loop {
+        let ts = tasks
+            .get_opt(&mount.name)
+            .await?
+            .and_then(|t| t.status)
+            .unwrap_or_default();
+        if ts.state == Some(State::Error) {
+            break format!("{} {:?}", ts.message.unwrap_or_default(), ts.pod_events);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the refused mount never failed its task: {ts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(message.contains("FailedMount"), "{message}");
+    assert!(message.contains("/nonexistent/envbridge-test"), "{message}");
 
     wait_env(&fx, "ex", "the crashing task in STANDBY", |e| {
         e.status
@@ -262,6 +341,7 @@ async fn a_container_exit_and_a_missing_image_fail_their_tasks_with_the_kubelets
 
     destroy(&fx, "ex").await?;
     templates.delete(&absent, &DeleteParams::default()).await?;
+    templates.delete(&refused, &DeleteParams::default()).await?;
     op.stop().await?;
     finish(fx).await
 }
