@@ -204,14 +204,25 @@ impl ControlClient {
         arguments: Vec<pb::ConfigEntry>,
         deadline: Duration,
     ) -> Result<State, ControlError> {
-        let start =
-            FmqState::from_state(from).ok_or(ControlError::NotApplicable { event, from })?;
+        FmqState::from_state(from).ok_or(ControlError::NotApplicable { event, from })?;
+        let end = Instant::now() + deadline;
+        // Plan from where the device IS, not from where its Task says it is: whoever drove it
+        // last (an operator killed between two steps) may have left it part-way through a
+        // sequence, or done with it. A step is then never sent twice nor out of order: the
+        // sequence carries on (CONFIGURE from BOUND is CONNECT, INIT TASK), or is already
+        // done (nothing is sent).
+        let ep = TaskEndpoint::new(addr, ControlMode::Fairmq);
+        let left = end.saturating_duration_since(Instant::now());
+        let (raw, _) = self.get_raw_state(&ep, left).await?;
+        let start = parse_fmq(addr, "GetState", &raw)?;
+        if FmqState::from_state(from) != Some(start) {
+            debug!(%addr, %event, recorded = %from, device = %start, "FairMQ device elsewhere than its task says: planning from the device");
+        }
         let steps = fairmq::plan(event, start).map_err(|source| ControlError::Plan {
             addr,
             event,
             source,
         })?;
-        let end = Instant::now() + deadline;
         let mut at = start;
         for step in &steps {
             let call = format!("{event} (FairMQ step {})", step.event);

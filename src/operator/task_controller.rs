@@ -15,7 +15,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::context::Ctx;
-use super::control_api::{ControlClient, TaskEndpoint};
+use super::control_api::{ControlClient, ControlError, TaskEndpoint};
 use super::env_controller::set_condition;
 use super::hooks;
 use super::live;
@@ -441,6 +441,16 @@ async fn control(
                     if state != State::Error {
                         st.message = None;
                     }
+                }
+                // A FairMQ device part-way through a sequence (its last driver, an operator
+                // killed between two steps, never finished it): it answers, and it stays in the
+                // state its Task records until the transition, which plans from the device's
+                // own state, carries the sequence on.
+                Err(ControlError::Between { device_state, .. }) => {
+                    ctx.verified.insert(task_uid.clone());
+                    let recorded = st.state.filter(|s| *s != State::Deploying);
+                    st.state = Some(recorded.unwrap_or(State::Standby));
+                    debug!(task = %task.name_any(), %device_state, "FairMQ device between states; the transition carries on from there");
                 }
                 Err(e) => {
                     let since = running_for(pod);

@@ -896,6 +896,88 @@ async fn destroy_all(fx: &Fixture) -> Res {
     }
 }
 
+/// An operator killed half-way through a FairMQ device's CONFIGURE (the device left in
+/// BOUND) is replaced: the new operator carries the sequence on from BOUND (CONNECT, INIT
+/// TASK) and the transition succeeds; it is neither failed as "unreachable" nor started over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_operator_carries_on_a_fairmq_sequence_left_part_way() -> Res {
+    use envbridge::control::json::JsonCodec;
+    use envbridge::control::pb;
+    use envbridge::control::wire::{Method, Variant};
+    let fx = fixture("fmq-resume").await?;
+    let sims = Sims::start(&fx);
+    let op = start(&fx, None).await?;
+    let mut t = task_ref(
+        "eq",
+        "flp003",
+        "stfbuilder-senderoutput",
+        7,
+        ControlMode::Fairmq,
+    );
+    t.channels
+        .insert("chans.out.0.transport".into(), "shmem".into());
+    deploy(&fx, "eq", std::slice::from_ref(&t), false).await?;
+    wait_env(&fx, "eq", "STANDBY", state_is(State::Standby)).await?;
+    op.stop().await?;
+
+    // What the killed operator had sent: the first three of CONFIGURE's five steps.
+    let pod = Api::<Pod>::namespaced(fx.admin.clone(), &fx.ns)
+        .get(&t.name)
+        .await?;
+    let ip = pod.status.and_then(|s| s.pod_ip).ok_or("no pod IP")?;
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{ip}:{}", t.control_port))?
+            .connect()
+            .await?;
+    let mut grpc = tonic::client::Grpc::new(envbridge::control::client::VariantChannel::new(
+        channel,
+        Variant::Json,
+    ));
+    for (from, event) in [
+        ("IDLE", "INIT DEVICE"),
+        ("INITIALIZING DEVICE", "COMPLETE INIT"),
+        ("INITIALIZED", "BIND"),
+    ] {
+        grpc.ready().await?;
+        let req = pb::TransitionRequest {
+            src_state: from.into(),
+            transition_event: event.into(),
+            arguments: vec![],
+        };
+        let reply = grpc
+            .unary(
+                tonic::Request::new(req),
+                Method::Transition.path(Variant::Json),
+                JsonCodec::<pb::TransitionRequest, pb::TransitionReply>::default(),
+            )
+            .await?;
+        assert!(reply.get_ref().ok, "{event}: {:?}", reply.get_ref());
+    }
+
+    let op = start(&fx, None).await?;
+    transition(&fx, "eq", "c1", Event::Configure).await?;
+    let t0 = Instant::now();
+    let env = wait_transition(&fx, "eq", "c1").await?;
+    let st = env.status.unwrap_or_default();
+    assert_eq!(
+        st.transition.as_ref().map(|t| t.phase),
+        Some(TransitionPhase::Succeeded),
+        "{:?} {:?}",
+        st.transition,
+        st.failing_tasks
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t0.elapsed()
+    );
+    wait_env(&fx, "eq", "CONFIGURED", state_is(State::Configured)).await?;
+    destroy(&fx, "eq").await?;
+    op.stop().await?;
+    sims.stop().await;
+    finish(fx).await
+}
+
 /// Task simulators for the pods of one namespace, as `envbridge dev sim-runner` runs them for
 /// the whole plane: one per Running pod on `<podIP>:$OCC_CONTROL_PORT`, fairmq when the pod
 /// says so, failures from the pod's `ENVBRIDGE_SIM_*` env. An address already served (by a

@@ -223,6 +223,95 @@ async fn fairmq_configure_is_the_multi_step_sequence_in_the_simulator_log() {
     );
 }
 
+/// One raw FairMQ step, as a driver killed part-way had sent it.
+async fn raw_step(sim: &SimProc, from: &str, event: &str) -> String {
+    use envbridge::control::json::JsonCodec;
+    use envbridge::control::pb;
+    use envbridge::control::wire::{Method, Variant};
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", sim.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let svc = control::client::VariantChannel::new(channel, Variant::Json);
+    let mut grpc = tonic::client::Grpc::new(svc);
+    grpc.ready().await.unwrap();
+    let req = pb::TransitionRequest {
+        src_state: from.into(),
+        transition_event: event.into(),
+        arguments: vec![],
+    };
+    let reply = grpc
+        .unary(
+            tonic::Request::new(req),
+            Method::Transition.path(Variant::Json),
+            JsonCodec::<pb::TransitionRequest, pb::TransitionReply>::default(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        reply.get_ref().ok,
+        "{event} from {from}: {:?}",
+        reply.get_ref()
+    );
+    reply.get_ref().state.clone()
+}
+
+/// The events the simulator received, in order.
+fn received(sim: &SimProc) -> Vec<String> {
+    sim.lines_with("received transition")
+        .iter()
+        .map(|l| {
+            let after = l.split("received transition ").nth(1).unwrap();
+            after.split(" in ").next().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// A device left part-way through CONFIGURE (its driver killed after BIND) is carried on
+/// from where it is: CONNECT and INIT TASK only, never INIT DEVICE again; one left done is
+/// sent nothing at all.
+#[tokio::test]
+async fn a_fairmq_sequence_left_part_way_is_carried_on_not_started_over() {
+    let ctl = ControlClient::default();
+    let sim = SimProc::start(&["--mode", "fairmq", "--verbose"], &[]).await;
+    let ep = sim.ep(ControlMode::Fairmq);
+    for (from, event) in [
+        ("IDLE", "INIT DEVICE"),
+        ("INITIALIZING DEVICE", "COMPLETE INIT"),
+        ("INITIALIZED", "BIND"),
+    ] {
+        raw_step(&sim, from, event).await;
+    }
+    let e = ctl.get_state(&ep, DEADLINE).await.unwrap_err();
+    assert!(matches!(e, ControlError::Between { .. }), "{e}");
+    // Its Task still says STANDBY: the CONFIGURE is asked again.
+    let s = ctl
+        .transition(&ep, State::Standby, Event::Configure, &[], DEADLINE)
+        .await
+        .unwrap();
+    assert_eq!(s, State::Configured);
+    assert_eq!(
+        received(&sim),
+        [
+            "INIT DEVICE",
+            "COMPLETE INIT",
+            "BIND",
+            "CONNECT",
+            "INIT TASK"
+        ],
+        "{}",
+        sim.log_text()
+    );
+    // Done, but its Task never heard: asked again, nothing is sent.
+    let s = ctl
+        .transition(&ep, State::Standby, Event::Configure, &[], DEADLINE)
+        .await
+        .unwrap();
+    assert_eq!(s, State::Configured);
+    assert_eq!(received(&sim).len(), 5, "{}", sim.log_text());
+}
+
 #[tokio::test]
 async fn injected_failure_fails_within_two_seconds_naming_the_event() {
     let ctl = ControlClient::default();
