@@ -131,7 +131,7 @@ fn bad_input_exits_2_naming_the_place() {
         err.contains("readout-dataflow.yaml:") && err.contains("o2/components"),
         "{err}"
     );
-    // A `dpl.*` branch taken.
+    // A DPL workflow that is neither a JIT entry nor a workflow template.
     let out = render(
         "readout-dataflow",
         &store(dir.path(), STORE),
@@ -140,7 +140,24 @@ fn bad_input_exits_2_naming_the_place() {
             "dpl_workflow=x".to_string(),
         ],
     );
-    expect_error(&out, "dpl.GenerateFromUriOrFallbackToTemplate");
+    let err = expect_error(&out, "included workflow `x` not found");
+    assert!(err.contains("nor is there a JIT entry `jit/x`"), "{err}");
+    // A JIT entry, which only the experiment's software generates: the entry and the variable.
+    let out = render(
+        "readout-dataflow",
+        &store(dir.path(), STORE),
+        &[
+            r#"hosts=["flp001"]"#.to_string(),
+            "dpl_workflow=minimal-dpl".to_string(),
+        ],
+    );
+    let err = expect_error(&out, "dpl.GenerateFromUriOrFallbackToTemplate");
+    assert!(
+        err.contains("the JIT entry `jit/minimal-dpl`")
+            && err.contains("no JIT generator is configured")
+            && err.contains("chosen by the variable `dpl_workflow`"),
+        "{err}"
+    );
     // A store path that does not exist.
     let out = render(
         "readout-dataflow",
@@ -319,4 +336,165 @@ fn detectors_come_from_the_hosts_inventory() {
     );
     let tasks: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(tasks[0]["command"], r#"echo ["ITS","TPC"]"#);
+}
+
+/// A store of TPC's FLPs: the A side's first (IDC), and the SAC one.
+const TPC_STORE: &str = "o2:\n  hardware:\n    detectors:\n      TPC:\n        flps:\n          alio2-cr1-flp001: {}\n          alio2-cr1-flp145: {}\n  components:\n    readout:\n      ANY:\n        any:\n          readout-stfb-alio2-cr1-flp001: x\n          readout-stfb-alio2-cr1-flp145: x\n  runtime:\n    aliecs:\n      defaults:\n        o2_install_path: /opt/o2\n        infologger_mode: stdout\n        consul_endpoint: 127.0.0.1:8500\n        detector: TPC\n        modulepath: \"\"\n";
+
+const TPC_HOSTS: &str = r#"hosts=["alio2-cr1-flp001","alio2-cr1-flp145"]"#;
+
+/// A stand-in for the experiment's DPL as a site's JIT generator: it logs the command it is
+/// given and writes, as DPL's `--o2-control` does, a workflow with one output proxy (reading
+/// the StfBuilder's `readout-proxy`, publishing the `downstream` that the StfSender reads)
+/// and that proxy's task class.
+fn fake_dpl(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let log = dir.join("commands.log");
+    let script = format!(
+        r#"#!/bin/sh
+{{ printf '%s: ' "$ENVBRIDGE_JIT_ENTRY"; cat; echo; }} >> '{log}'
+n="$ENVBRIDGE_JIT_NAME"
+cat > "workflows/$n.yaml" <<EOF
+name: $n
+roles:
+  - name: dpl-output-proxy
+    connect:
+      - name: readout-proxy
+        type: pull
+        transport: shmem
+        target: "::readout-proxy-{{{{ it }}}}"
+    bind:
+      - name: downstream
+        type: push
+        transport: shmem
+        addressing: ipc
+        global: "downstream-{{{{ it }}}}"
+    task:
+      load: $n-proxy
+EOF
+cat > "tasks/$n-proxy.yaml" <<EOF
+name: $n-proxy
+control:
+  mode: fairmq
+command:
+  value: o2-dpl-output-proxy
+  arguments:
+    - "--jit-entry=$ENVBRIDGE_JIT_ENTRY"
+EOF
+"#,
+        log = log.display()
+    );
+    let p = dir.join("fake-dpl.sh");
+    std::fs::write(&p, script).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+/// readout-dataflow with a TPC calibration chain: `dpl.GenerateFromUriOrFallbackToTemplate`
+/// finds no `jit/tpc-idc-sac-full-split` and includes `workflows/tpc-idc-sac-full-split.yaml`,
+/// as the anchor does; its roles pick, per FLP, the JIT entry of that FLP's side
+/// (`jit/tpc-idc-a`, `jit/tpc-sac`), which the site's generator turns into workflows.
+#[test]
+fn a_tpc_calibration_chain_renders_through_the_jit_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = store(dir.path(), TPC_STORE);
+    let sets = [
+        TPC_HOSTS.to_string(),
+        "tpc_dpl_workflow=tpc-idc-sac-full-split".to_string(),
+    ];
+    // Without a generator: the JIT entry the included workflow names, and how it came in.
+    let out = render("readout-dataflow", &config, &sets);
+    let err = expect_error(&out, "the JIT entry `jit/tpc-idc-a`");
+    for want in [
+        "tpc-idc-sac-full-split.yaml:13:",
+        "no JIT generator is configured",
+        "role `readout-dataflow.host-alio2-cr1-flp001.data-distribution-dpl.dpl.tpc-idc-a`",
+        "`tpc-idc-sac-full-split` included at",
+        "by the variable `dpl_workflow`",
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
+
+    // With one.
+    let cw = cw();
+    let out = Command::new(env!("CARGO_BIN_EXE_envbridge"))
+        .arg("render")
+        .arg(cw.join("workflows/readout-dataflow.yaml"))
+        .arg("--tasks")
+        .arg(cw.join("tasks"))
+        .arg("--workflows")
+        .arg(cw.join("workflows"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--jit-generator")
+        .arg(fake_dpl(dir.path()))
+        .args(["--set", &sets[0], "--set", &sets[1]])
+        .args(["--env-id", "envcheck01", "-o", "tasks"])
+        .output()
+        .expect("run envbridge");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tasks: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tasks = tasks.as_array().unwrap();
+    let task = |path: &str| {
+        tasks
+            .iter()
+            .find(|t| t["path"] == path)
+            .unwrap_or_else(|| panic!("no task {path} in {tasks:#?}"))
+    };
+    let host = |h: &str, rest: &str| format!("readout-dataflow.host-alio2-cr1-{h}.{rest}");
+    // The included workflow's roles, each on the FLPs its `enabled` selects.
+    let idc = task(&host(
+        "flp001",
+        "data-distribution-dpl.dpl.tpc-idc-a.dpl-output-proxy",
+    ));
+    let sac = task(&host(
+        "flp145",
+        "data-distribution-dpl.dpl.tpc-sac.dpl-output-proxy",
+    ));
+    assert_eq!(idc["node"], "alio2-cr1-flp001");
+    assert_eq!(sac["node"], "alio2-cr1-flp145");
+    assert_eq!(idc["args"][0], "--jit-entry=tpc-idc-a", "{idc:#}");
+    assert_eq!(sac["args"][0], "--jit-entry=tpc-sac", "{sac:#}");
+    let dpl: Vec<&str> = tasks
+        .iter()
+        .filter_map(|t| t["path"].as_str())
+        .filter(|p| p.contains(".dpl."))
+        .collect();
+    assert_eq!(dpl.len(), 2, "{dpl:?}");
+    // readout -> StfBuilder -> the generated proxy -> StfSender, on each FLP.
+    for (h, proxy) in [("flp001", idc), ("flp145", sac)] {
+        task(&host(h, "readout"));
+        let stfb = task(&host(h, "data-distribution-dpl.stfb"));
+        let stfs = task(&host(h, "data-distribution-dpl.stfs"));
+        assert_eq!(
+            proxy["channels"]["chans.readout-proxy.0.address"],
+            stfb["channels"]["chans.dpl-chan.0.address"]
+        );
+        assert_eq!(
+            stfs["channels"]["chans.downstream.0.address"],
+            proxy["channels"]["chans.downstream.0.address"]
+        );
+    }
+    // The generator got each entry templated in its role's variables: the FLP, the merger
+    // port of the include role's `defaults`, the included workflow's own `defaults`.
+    let log = std::fs::read_to_string(dir.path().join("commands.log")).unwrap();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    let idc_cmd = lines.iter().find(|l| l.starts_with("tpc-idc-a: ")).unwrap();
+    let sac_cmd = lines.iter().find(|l| l.starts_with("tpc-sac: ")).unwrap();
+    assert!(!log.contains("{{"), "{log}");
+    assert!(
+        idc_cmd.contains("o2/cache/flpToCruId/alio2-cr1-flp001")
+            && idc_cmd.contains("tcp://*:29950")
+            && idc_cmd.contains("ccdb-default@1715236056769"),
+        "{idc_cmd}"
+    );
+    assert!(
+        sac_cmd.contains("tcp://*:29951") && sac_cmd.contains("--nthreads-decoding 1"),
+        "{sac_cmd}"
+    );
 }

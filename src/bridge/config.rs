@@ -58,6 +58,9 @@ pub struct BridgeConfig {
     pub caller: super::caller::CallerPolicy,
     /// How long one render may take (it runs off the async runtime; a runaway is an error).
     pub render_deadline: Duration,
+    /// The `dpl.*` functions: the `jit/` directory and the site's generator (its generated
+    /// workflows are shared by the daemon's renders).
+    pub jit: crate::workflow::jit::JitOptions,
     /// The operator's ServiceAccount (namespace, name): granted the workloads role in every
     /// namespace environments go to (None: the site grants it otherwise).
     pub operator_account: Option<(String, String)>,
@@ -98,6 +101,7 @@ impl Default for BridgeConfig {
             templates: None,
             caller: super::caller::CallerPolicy::new(),
             render_deadline: Duration::from_secs(10),
+            jit: Default::default(),
             orphan_grace: Duration::from_secs(120),
             hold_before_environment_write: Duration::ZERO,
             operator_account: Some(("envbridge-system".into(), "envbridge-operator".into())),

@@ -123,6 +123,7 @@ pub fn render_with(
         reserved_ports: taken.clone(),
         control_ports: cfg.control_ports.clone(),
         tcp_ports: cfg.tcp_ports.clone(),
+        jit: cfg.jit.clone(),
         ..RenderRequest::default()
     };
     let mut objs = crate::objects::render(&req).map_err(|e| BridgeError::Render(e.to_string()))?;

@@ -107,6 +107,20 @@ pub struct DaemonArgs {
     /// Seconds one render may take before the create fails (default 10).
     #[arg(long, env = "ENVBRIDGE_RENDER_DEADLINE")]
     pub render_deadline: Option<u64>,
+    /// The workflow repository's `jit/` directory of DPL commands (default: `jit` beside
+    /// the workflows directory).
+    #[arg(long, env = "ENVBRIDGE_JIT_DIR", value_name = "DIR")]
+    pub jit_dir: Option<PathBuf>,
+    /// A program that generates a JIT workflow where the anchor runs the experiment's
+    /// software (docs/workflow-language.md, "JIT workflows"); without one such a create fails.
+    #[arg(long, env = "ENVBRIDGE_JIT_GENERATOR", value_name = "PROGRAM")]
+    pub jit_generator: Option<PathBuf>,
+    /// Seconds one generation may take (default 10; within the render deadline).
+    #[arg(long, env = "ENVBRIDGE_JIT_GENERATOR_DEADLINE")]
+    pub jit_generator_deadline: Option<u64>,
+    /// Most bytes one generation may write (default 4194304).
+    #[arg(long, env = "ENVBRIDGE_JIT_GENERATOR_MAX_BYTES")]
+    pub jit_generator_max_bytes: Option<usize>,
     /// Control ports to allocate, FIRST-LAST (default 47100-47999).
     #[arg(long, env = "ENVBRIDGE_CONTROL_PORTS", value_parser = port_range)]
     #[serde(deserialize_with = "daemon_file::control_ports")]
@@ -180,6 +194,35 @@ fn hold_before_environment_write() -> Result<Duration, String> {
     }
 }
 
+/// The `dpl.*` settings of `--jit-dir` and `--jit-generator*` (shared by `envbridge render`).
+pub fn jit_options(
+    dir: Option<PathBuf>,
+    generator: Option<PathBuf>,
+    deadline: Option<u64>,
+    max_bytes: Option<usize>,
+) -> Result<envbridge::workflow::jit::JitOptions, String> {
+    use envbridge::workflow::jit::{Generator, JitOptions};
+    let generator = match generator {
+        Some(p) => {
+            let mut g = Generator::new(p);
+            if let Some(s) = deadline {
+                g.deadline = Duration::from_secs(s.max(1));
+            }
+            if let Some(n) = max_bytes {
+                g.max_bytes = n;
+            }
+            Some(g)
+        }
+        None if deadline.is_some() || max_bytes.is_some() => {
+            return Err(
+                "jit-generator-deadline and jit-generator-max-bytes need a jit-generator".into(),
+            );
+        }
+        None => None,
+    };
+    Ok(JitOptions::new(dir, generator))
+}
+
 /// Everything the daemon needs, resolved from file, environment and flags.
 pub struct Settings {
     pub bridge: BridgeConfig,
@@ -251,6 +294,12 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     if let Some(s) = a.render_deadline {
         b.render_deadline = Duration::from_secs(s.max(1));
     }
+    b.jit = jit_options(
+        a.jit_dir,
+        a.jit_generator,
+        a.jit_generator_deadline,
+        a.jit_generator_max_bytes,
+    )?;
     b.config_map = a.config_map;
     if b.config_map.is_some() && b.config_store.is_some() {
         return Err("config-store and config-map name two stores: give one".to_string());
@@ -523,6 +572,38 @@ mod tests {
         .expect("event");
         assert!(e.contains("LAUNCH"), "{e}");
         assert!(port_range("9-3").is_err());
+        let e = resolve(DaemonArgs {
+            insecure_no_auth: true,
+            jit_generator_deadline: Some(5),
+            ..Default::default()
+        })
+        .err()
+        .expect("a deadline without a generator");
+        assert!(e.contains("need a jit-generator"), "{e}");
+    }
+
+    #[test]
+    fn jit_settings_reach_the_renders() {
+        let s = resolve(DaemonArgs {
+            insecure_no_auth: true,
+            jit_dir: Some("/repo/jit".into()),
+            jit_generator: Some("/site/generate".into()),
+            jit_generator_deadline: Some(4),
+            jit_generator_max_bytes: Some(1000),
+            ..Default::default()
+        })
+        .expect("resolve");
+        assert_eq!(s.bridge.jit.dir, Some(PathBuf::from("/repo/jit")));
+        let g = s.bridge.jit.generator.expect("a generator");
+        assert_eq!(g.program, PathBuf::from("/site/generate"));
+        assert_eq!(g.deadline, Duration::from_secs(4));
+        assert_eq!(g.max_bytes, 1000);
+        let s = resolve(DaemonArgs {
+            insecure_no_auth: true,
+            ..Default::default()
+        })
+        .expect("resolve");
+        assert!(s.bridge.jit.dir.is_none() && s.bridge.jit.generator.is_none());
     }
 
     #[test]

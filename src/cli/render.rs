@@ -57,6 +57,20 @@ pub struct RenderArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
     pub output: Output,
+    /// The repository's `jit/` directory of DPL commands (default: `jit` beside the
+    /// workflows directory).
+    #[arg(long = "jit", value_name = "DIR")]
+    pub jit_dir: Option<PathBuf>,
+    /// A program that generates a JIT workflow where the anchor runs the experiment's
+    /// software (docs/workflow-language.md, "JIT workflows").
+    #[arg(long, value_name = "PROGRAM")]
+    pub jit_generator: Option<PathBuf>,
+    /// Seconds one generation may take (default 10).
+    #[arg(long, value_name = "SECONDS")]
+    pub jit_generator_deadline: Option<u64>,
+    /// Most bytes one generation may write (default 4194304).
+    #[arg(long, value_name = "BYTES")]
+    pub jit_generator_max_bytes: Option<usize>,
 }
 
 pub fn parse_set(s: &str) -> Result<(String, String), String> {
@@ -87,9 +101,22 @@ pub fn run(a: RenderArgs) -> ExitCode {
         },
         None => Arc::default(),
     };
+    let jit = match super::daemon::jit_options(
+        a.jit_dir,
+        a.jit_generator,
+        a.jit_generator_deadline,
+        a.jit_generator_max_bytes,
+    ) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let req = RenderRequest {
         store,
         templates,
+        jit,
         sources: Sources {
             tasks_dir: a.tasks,
             workflows_dir: a.workflows,

@@ -85,6 +85,8 @@ pub struct RenderRequest {
     /// Threads for the per-task work of a large render; 0: this machine's cores (at most
     /// [`MAX_THREADS`]). The output, and the error reported, are the same for any number.
     pub threads: usize,
+    /// The `dpl.*` functions: the `jit/` directory and the site's generator, if any.
+    pub jit: wf::jit::JitOptions,
 }
 
 impl Default for RenderRequest {
@@ -103,6 +105,7 @@ impl Default for RenderRequest {
             reserved_ports: BTreeMap::new(),
             task_set_budget: DEFAULT_TASK_SET_BUDGET,
             threads: 0,
+            jit: wf::jit::JitOptions::default(),
         }
     }
 }
@@ -154,7 +157,8 @@ pub fn build(req: &RenderRequest) -> Result<Plan, RenderError> {
 /// [`build`] with up to `cores` threads.
 fn build_on(req: &RenderRequest, cores: usize) -> Result<Plan, RenderError> {
     let path = workflow_path(req)?;
-    let engine = Engine::with_store(req.store.clone());
+    let jit = wf::jit::Jit::new(&req.jit, &expand::workflows_dir(&req.sources, &path));
+    let engine = Engine::with_jit(req.store.clone(), Arc::new(jit));
     let env_id = match &req.env_id {
         Some(id) => id.clone(),
         None => names::default_env_id(

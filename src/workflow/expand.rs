@@ -295,10 +295,7 @@ pub fn expand(
         let t = super::template::parse(v, &loc, &|_| loc.clone())?;
         set_vars.insert(Arc::from(k.as_str()), t);
     }
-    let workflows_dir = sources
-        .workflows_dir
-        .clone()
-        .unwrap_or_else(|| workflow.parent().map(Path::to_path_buf).unwrap_or_default());
+    let workflows_dir = workflows_dir(sources, workflow);
     let mut x = Expander {
         engine,
         tasks_dir: sources.tasks_dir.clone(),
@@ -307,7 +304,9 @@ pub fn expand(
         sets: Layer::new(&VarBlock::from_map(set_vars), None),
         env_id: Arc::from(environment_id),
         classes: FastMap::default(),
+        generated_classes: FastMap::default(),
         includes: vec![workflow.to_path_buf()],
+        include_sites: Vec::new(),
         tasks: Vec::new(),
         hooks: Vec::new(),
     };
@@ -327,6 +326,14 @@ pub fn expand(
     })
 }
 
+/// Where a render's includes come from: `--workflows`, else the workflow's own directory.
+pub fn workflows_dir(sources: &Sources, workflow: &Path) -> PathBuf {
+    sources
+        .workflows_dir
+        .clone()
+        .unwrap_or_else(|| workflow.parent().map(Path::to_path_buf).unwrap_or_default())
+}
+
 struct Expander<'e> {
     engine: &'e Engine,
     tasks_dir: PathBuf,
@@ -335,7 +342,11 @@ struct Expander<'e> {
     sets: Layer,
     env_id: Arc<str>,
     classes: FastMap<String, Arc<TaskClass>>,
+    /// Task classes a JIT generator wrote for the workflows included so far.
+    generated_classes: FastMap<String, super::jit::Source>,
     includes: Vec<PathBuf>,
+    /// How each workflow of `includes` but the first was included, for messages.
+    include_sites: Vec<String>,
     tasks: Vec<TaskInstance>,
     hooks: Vec<HookInstance>,
 }
@@ -552,14 +563,30 @@ impl<'e> Expander<'e> {
             }
             RoleKind::Include(name) => {
                 let scope = self.scope(ctx, &path);
-                let inc = scope.eval_here(name)?;
+                // Inside an included workflow, an error says how that one was included.
+                let inc = scope
+                    .eval_here(name)
+                    .map_err(|e| match self.include_sites.last() {
+                        Some(site) => e.context(format!("role `{path}`, in {site}")),
+                        None => e,
+                    })?;
+                let site = format!(
+                    "`{inc}` included at {}{}",
+                    name.loc,
+                    chosen_by(name, &scope, &inc)
+                );
+                drop(scope);
                 if inc.is_empty() || inc.contains(['/', '\\']) || inc.starts_with('.') {
                     return Err(Error::new(
                         &name.loc,
                         format!("`{inc}` is not a workflow name"),
                     ));
                 }
-                let file = self.workflows_dir.join(format!("{inc}.yaml"));
+                let generated = self.engine.jit().generated(&inc);
+                let file = match &generated {
+                    Some(g) => PathBuf::from(&*g.workflow.label),
+                    None => self.workflows_dir.join(format!("{inc}.yaml")),
+                };
                 if self.includes.contains(&file) {
                     let chain: Vec<String> = self
                         .includes
@@ -578,20 +605,48 @@ impl<'e> Expander<'e> {
                 if self.includes.len() >= MAX_INCLUDES {
                     return Err(Error::new(&name.loc, "includes nested too deeply"));
                 }
-                if !file.is_file() {
-                    return Err(Error::new(
-                        &name.loc,
-                        format!("included workflow `{inc}` not found ({})", file.display()),
-                    ));
-                }
-                let wf = load::load_workflow(&file)?;
+                let wf = match &generated {
+                    Some(g) => {
+                        for (id, src) in &g.classes {
+                            self.generated_classes.insert(id.clone(), src.clone());
+                        }
+                        load::workflow_from_node(&super::yaml::parse(
+                            &g.workflow.label,
+                            &g.workflow.text,
+                        )?)?
+                    }
+                    None if !file.is_file() => {
+                        // `dpl.GenerateFromUriOrFallbackToTemplate` gives the name itself
+                        // when there is no JIT entry of that name.
+                        let jit = match name.parts.iter().any(|p| {
+                            matches!(p, super::template::Part::Expr { src, .. }
+                                if src.contains("GenerateFromUriOrFallbackToTemplate"))
+                        }) {
+                            true => format!(
+                                "; nor is there a JIT entry {}",
+                                self.engine.jit().describe_entry(&inc)
+                            ),
+                            false => String::new(),
+                        };
+                        return Err(Error::new(
+                            &name.loc,
+                            format!(
+                                "included workflow `{inc}` not found ({}{jit})",
+                                file.display()
+                            ),
+                        ));
+                    }
+                    None => load::load_workflow(&file)?,
+                };
                 let sub = Ctx {
                     path: ctx.path.clone(),
                     chain: ctx.chain.with(RoleVars::of(&wf.root), None, &path),
                 };
                 self.includes.push(file);
+                self.include_sites.push(site);
                 let r = self.walk(&wf.root.kind, &sub, &wf.root);
                 self.includes.pop();
+                self.include_sites.pop();
                 r?;
             }
         }
@@ -605,6 +660,14 @@ impl<'e> Expander<'e> {
         if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') {
             return Err(Error::new(loc, format!("`{id}` is not a task class name")));
         }
+        // A class a JIT generator wrote with an included workflow (as the anchor's DPL writes
+        // into the repository's `tasks/`).
+        if let Some(src) = self.generated_classes.get(id) {
+            let node = super::yaml::parse(&src.label, &src.text)?;
+            let class = Arc::new(load::class_from_node(&node, id)?);
+            self.classes.insert(id.to_string(), class.clone());
+            return Ok(class);
+        }
         let file = self.tasks_dir.join(format!("{id}.yaml"));
         if !file.is_file() {
             return Err(Error::new(
@@ -616,6 +679,28 @@ impl<'e> Expander<'e> {
         self.classes.insert(id.to_string(), class.clone());
         Ok(class)
     }
+}
+
+/// ` by the variable `v`` when a variable the include's value names holds the included name
+/// (`include: "{{ dpl_workflow }}"`), else nothing.
+fn chosen_by(include: &Template, scope: &Scope, inc: &str) -> String {
+    let names = include.parts.iter().flat_map(|p| match p {
+        super::template::Part::Var { name, .. } => vec![name.to_string()],
+        super::template::Part::Expr { src, .. } => {
+            super::expr_scan::scan(src, &super::funcs::known)
+                .map(|s| s.vars)
+                .unwrap_or_default()
+        }
+        super::template::Part::Text(_) => Vec::new(),
+    });
+    for n in names {
+        if let Ok(Some(v)) = scope.var(&n)
+            && &*v == inc
+        {
+            return format!(" by the variable `{n}`");
+        }
+    }
+    String::new()
 }
 
 /// The anchor's `enabled` rule: `true` or `1`, trimmed, any case.

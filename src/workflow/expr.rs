@@ -10,7 +10,9 @@
 //! refuses unknown functions and the builtins that loop or allocate without bound (predicates
 //! such as `map`/`filter`, `repeat`, ranges); parsing and execution run under `catch_unwind`.
 //! Compiled programs are cached by source identity; pure expressions (no `Parent`, `Up`,
-//! `uid.New`, no variable read by name) are memoised by the values of the variables they name.
+//! `uid.New`, no variable read by name, no `dpl.*`) are memoised by the values of the variables
+//! they name. A `dpl.*` call that needs a generation is answered between runs of its
+//! expression ([`super::jit`]), as variables read by name are.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -21,9 +23,10 @@ use expr::{Context, Environment, Program, Value};
 use sha2::{Digest, Sha256};
 
 use super::error::{Error, Loc, Result};
+use super::jit::{Jit, JitCall};
 use super::model::FastMap;
 use super::store::ConfigStore;
-use super::template::MAX_EXPR_LEN;
+use super::template::{MAX_EXPR_LEN, Part};
 use super::{expr_scan, funcs, gofmt};
 
 /// Deepest bracket nesting accepted in an expression.
@@ -186,6 +189,7 @@ pub enum Dialect {
 pub struct Engine {
     env: Arc<Environment<'static>>,
     store: Arc<ConfigStore>,
+    jit: Arc<Jit>,
     compiled: Programs,
     /// By the address of the source's shared text; the entry holds that `Arc`, so the address
     /// cannot be reused by another text while the engine lives.
@@ -205,10 +209,17 @@ impl Engine {
         Self::with_store(Arc::new(ConfigStore::empty()))
     }
 
-    /// An engine whose `inventory.*`, `config.*` and `runtime.*` read `store`.
+    /// An engine whose `inventory.*`, `config.*` and `runtime.*` read `store` (no `jit/`
+    /// directory: `dpl.GenerateFromUriOrFallbackToTemplate` always falls back).
     pub fn with_store(store: Arc<ConfigStore>) -> Self {
+        Self::with_jit(store, Arc::new(Jit::none()))
+    }
+
+    /// [`Engine::with_store`] whose `dpl.*` functions read `jit`'s entries and run its
+    /// generator.
+    pub fn with_jit(store: Arc<ConfigStore>, jit: Arc<Jit>) -> Self {
         let mut env = Environment::new();
-        funcs::register(&mut env, &store);
+        funcs::register(&mut env, &store, &jit);
         env.add_function("uid__New", |c| {
             if !c.args.is_empty() {
                 return Err(expr::Error::ExprError("uid.New takes no argument".into()));
@@ -233,6 +244,7 @@ impl Engine {
         Engine {
             env: Arc::new(env),
             store,
+            jit,
             compiled: Programs::default(),
             by_addr: RefCell::default(),
             memo: RefCell::default(),
@@ -245,6 +257,7 @@ impl Engine {
         Engine {
             env: self.env.clone(),
             store: self.store.clone(),
+            jit: self.jit.clone(),
             compiled: self.compiled.clone(),
             by_addr: RefCell::default(),
             memo: RefCell::default(),
@@ -254,6 +267,11 @@ impl Engine {
     /// The configuration store the engine's functions read.
     pub fn store(&self) -> &Arc<ConfigStore> {
         &self.store
+    }
+
+    /// The JIT settings the `dpl.*` functions use (and what they generated).
+    pub fn jit(&self) -> &Arc<Jit> {
+        &self.jit
     }
 
     fn compile(&self, src: &Arc<str>, loc: &Loc) -> Result<Arc<Compiled>> {
@@ -383,21 +401,29 @@ impl Engine {
             }
         }
         let mut by_name: HashMap<String, Option<String>> = HashMap::new();
+        let mut generated: HashMap<JitCall, std::result::Result<String, String>> = HashMap::new();
         let mut rounds = 0;
         let result = loop {
-            let (result, wanted) = funcs::with_vars_by_name(by_name.clone(), || {
-                CALL_SITES.with(|s| s.borrow_mut().push(site.clone()));
-                let r = catch_unwind(AssertUnwindSafe(|| self.env.run(&c.program, &ctx)));
-                CALL_SITES.with(|s| s.borrow_mut().pop());
-                r
+            let ((result, wanted), jit_wanted) = funcs::with_jit_answers(generated.clone(), || {
+                funcs::with_vars_by_name(by_name.clone(), || {
+                    CALL_SITES.with(|s| s.borrow_mut().push(site.clone()));
+                    let r = catch_unwind(AssertUnwindSafe(|| self.env.run(&c.program, &ctx)));
+                    CALL_SITES.with(|s| s.borrow_mut().pop());
+                    r
+                })
             });
-            if wanted.is_empty() || rounds >= MAX_BY_NAME_ROUNDS {
+            if (wanted.is_empty() && jit_wanted.is_empty()) || rounds >= MAX_BY_NAME_ROUNDS {
                 break result;
             }
             rounds += 1;
             for name in wanted {
                 let v = lookup.lookup(&name)?;
                 by_name.insert(name, v.map(|v| v.to_string()));
+            }
+            for call in jit_wanted {
+                let answer = self.answer_jit(&call, lookup, site)?;
+                let answer = answer.map_err(|m| format!("{m}{}", chosen_by(&call, c, values)));
+                generated.insert(call, answer);
             }
         };
         let value = match result {
@@ -430,6 +456,78 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Answers a JIT generation an expression asked for, templating the command in the
+    /// expression's scope (`lookup`, `site`). Generation nested in a JIT entry is refused.
+    fn answer_jit(
+        &self,
+        call: &JitCall,
+        lookup: &dyn Lookup,
+        site: &CallSite,
+    ) -> Result<std::result::Result<String, String>> {
+        thread_local! {
+            static ANSWERING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        }
+        if ANSWERING.with(|a| a.replace(true)) {
+            return Ok(Err(format!(
+                "{}: a JIT command may not itself call the JIT functions",
+                call.func
+            )));
+        }
+        let template = |text: &str, file: &Arc<str>| self.template_text(text, file, lookup, site);
+        let out = self.jit.answer(call, lookup, &template);
+        ANSWERING.with(|a| a.set(false));
+        out
+    }
+
+    /// A text read from `file` (a JIT entry), its `{{ }}` parts evaluated with `lookup`.
+    fn template_text(
+        &self,
+        text: &str,
+        file: &Arc<str>,
+        lookup: &dyn Lookup,
+        site: &CallSite,
+    ) -> Result<String> {
+        let start = Loc::file_start(file);
+        let t = super::template::parse(text, &start, &|o| super::jit::loc_at(file, text, o))?;
+        let mut out = String::with_capacity(text.len());
+        for part in t.parts.iter() {
+            match part {
+                Part::Text(t) => out.push_str(t),
+                Part::Var { name, loc } => match lookup.lookup(name)? {
+                    Some(v) => out.push_str(&v),
+                    None => return Err(Error::new(loc, format!("unknown variable `{name}`"))),
+                },
+                Part::Expr { src, loc } => {
+                    self.eval_into(src, loc, lookup, || site.clone(), &mut out)?;
+                }
+            }
+            if out.len() > MAX_VALUE {
+                return Err(Error::new(
+                    &start,
+                    format!("value longer than {MAX_VALUE} bytes"),
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Which variable of the expression chose a JIT call's argument, for its error: the one
+/// whose value it is, else the expression itself.
+fn chosen_by(call: &JitCall, c: &Compiled, values: &[Result<Option<Arc<str>>>]) -> String {
+    let arg = call.argument();
+    let by = c.vars.iter().zip(values).find_map(|(name, v)| match v {
+        Ok(Some(v)) if &**v == arg => Some(name),
+        _ => None,
+    });
+    match by {
+        Some(name) if arg.len() <= 200 => format!(" (chosen by the variable `{name}` = `{arg}`)"),
+        Some(name) => format!(" (given by the variable `{name}`)"),
+        None => " (named in the expression itself)".to_string(),
+    }
+}
+
 /// Checks and compiles one expression (no caching); the error is the message alone.
 fn compile_source(src: &str, dialect: Dialect) -> std::result::Result<Compiled, String> {
     check_shape(src)?;
@@ -457,6 +555,7 @@ fn compile_source(src: &str, dialect: Dialect) -> std::result::Result<Compiled, 
     let contextual = scan.funcs.iter().any(|f| {
         matches!(f.as_str(), "Parent" | "Up" | "uid.New" | "NewID")
             || funcs::READS_VARIABLES.contains(&f.as_str())
+            || funcs::JIT_FUNCTIONS.contains(&f.as_str())
     });
     let shortcut = match scan.vars.is_empty() {
         true => Shortcut::of(src),

@@ -1,9 +1,11 @@
 //! The anchor's template function library, by the anchor's names, with its results
 //! (docs/workflow-language.md lists each with its counterpart and any difference).
 //!
-//! Namespaced functions reach the engine as `ns__Fn` ([`super::expr_scan`]). Functions that
-//! need the experiment's own software (`dpl.*`, `odc.GenerateEPN*`) are known but unavailable:
-//! calling one is an error naming it. Integration plugin functions (`odc.Configure`,
+//! Namespaced functions reach the engine as `ns__Fn` ([`super::expr_scan`]). The `dpl.*`
+//! functions read the repository's `jit/` entries and fall back to workflow templates as the
+//! anchor does; generating from an entry needs a site's generator ([`super::jit`]).
+//! `odc.GenerateEPN*` need the experiment's own software: known but unavailable, calling one
+//! is an error naming it. Integration plugin functions (`odc.Configure`,
 //! `bookkeeping.StartOfRun`, ...) are known so that `call:` roles parse; they run at their
 //! trigger through the integration interface, never inside a render.
 
@@ -15,6 +17,7 @@ use expr::{Environment, Value};
 
 use super::expr_scan::NS_SEP;
 use super::gofmt;
+use super::jit::{Jit, JitCall, JitWhat};
 use super::store::ConfigStore;
 
 /// Functions with the anchor's semantics (namespace, names).
@@ -52,10 +55,6 @@ const LIBRARY: &[(&str, &[&str])] = &[
         ],
     ),
     ("runtime", &["Get", "Set"]),
-];
-
-/// Known but needing the experiment's own software: an error when a taken branch calls one.
-const UNAVAILABLE: &[(&str, &[&str])] = &[
     (
         "dpl",
         &[
@@ -64,10 +63,23 @@ const UNAVAILABLE: &[(&str, &[&str])] = &[
             "GenerateFromUriOrFallbackToTemplate",
         ],
     ),
-    (
-        "odc",
-        &["GenerateEPNTopologyFullname", "GenerateEPNWorkflowScript"],
-    ),
+];
+
+/// Known but needing the experiment's own software: an error when a taken branch calls one.
+const UNAVAILABLE: &[(&str, &[&str])] = &[(
+    "odc",
+    &["GenerateEPNTopologyFullname", "GenerateEPNWorkflowScript"],
+)];
+
+/// The JIT functions, by every name they have: their result depends on the `jit/` entries
+/// and, where one is generated, on the variables its command names (never memoised, never
+/// shared between tasks).
+pub const JIT_FUNCTIONS: &[&str] = &[
+    "dpl.Generate",
+    "dpl.GenerateFromUri",
+    "dpl.GenerateFromUriOrFallbackToTemplate",
+    "GenerateDplSubworkflow",
+    "GenerateDplSubworkflowFromUri",
 ];
 
 /// The anchor's legacy top-level names, each an alias of a namespaced function.
@@ -343,6 +355,89 @@ fn var_by_name(name: &str) -> Result<Option<String>, Fail> {
 /// Marks the error of a run that needs more variables (never shown to a user).
 pub const WANTED_MARK: &str = "\u{0}wanted:";
 
+/// Marks the error of a run that needs a JIT generation (never shown to a user).
+pub const JIT_WANTED_MARK: &str = "\u{0}jit-wanted";
+
+// JIT generations a running expression asked for: the engine answers them between runs
+// (templating a JIT entry evaluates other expressions, which cannot happen inside a run).
+thread_local! {
+    static JIT_RUN: RefCell<Option<JitRequests>> = const { RefCell::new(None) };
+}
+
+/// The generations answered so far, and those still wanted.
+#[derive(Debug, Default)]
+struct JitRequests {
+    answers: HashMap<JitCall, Result<String, String>>,
+    wanted: Vec<JitCall>,
+}
+
+/// Runs `f` with `answers` as the JIT generations known; returns its result and the
+/// generations it asked for that were not answered.
+pub fn with_jit_answers<T>(
+    answers: HashMap<JitCall, Result<String, String>>,
+    f: impl FnOnce() -> T,
+) -> (T, Vec<JitCall>) {
+    JIT_RUN.with(|j| {
+        *j.borrow_mut() = Some(JitRequests {
+            answers,
+            wanted: Vec::new(),
+        })
+    });
+    let out = f();
+    let wanted = JIT_RUN.with(|j| j.borrow_mut().take().map(|r| r.wanted).unwrap_or_default());
+    (out, wanted)
+}
+
+/// The generated workflow's name once the engine answered `call`; until then an error that
+/// makes the engine answer it and run the expression again.
+fn jit_request(call: JitCall) -> Result<Value, Fail> {
+    JIT_RUN.with(|j| {
+        let mut j = j.borrow_mut();
+        let Some(r) = j.as_mut() else {
+            return Err(fail(format!("{}: not available here", call.func)));
+        };
+        match r.answers.get(&call) {
+            Some(Ok(name)) => Ok(Value::String(name.clone())),
+            Some(Err(msg)) => Err(fail(msg.clone())),
+            None => {
+                r.wanted.push(call);
+                Err(fail(JIT_WANTED_MARK))
+            }
+        }
+    })
+}
+
+/// `dpl.GenerateFromUri(name)` and, with `fallback`, `dpl.GenerateFromUriOrFallbackToTemplate`:
+/// a generation of `jit/<name>` where that file exists; else `name` itself (the include then
+/// takes `workflows/<name>.yaml`), or, without `fallback`, an error.
+fn dpl_from_uri(
+    jit: &Jit,
+    func: &'static str,
+    fallback: bool,
+    args: &[Value],
+) -> Result<Value, Fail> {
+    let uri = string_args(func, args, 1)?.remove(0);
+    if uri == "none" {
+        return Err(fail(format!(
+            "{func}: the DPL workflow is `none` (a workflow name is expected)"
+        )));
+    }
+    match jit.entry(func, &uri) {
+        Ok(Some(_)) => jit_request(JitCall {
+            func,
+            what: JitWhat::Entry(uri),
+        }),
+        // The anchor falls back whenever `jit/<name>` cannot be read; a name that cannot be
+        // an entry is not one either (the include then judges it as a workflow name).
+        Ok(None) | Err(_) if fallback => Ok(Value::String(uri)),
+        Ok(None) => Err(fail(format!(
+            "{func}: no JIT entry {} to read a DPL command from",
+            jit.describe_entry(&uri)
+        ))),
+        Err(e) => Err(fail(e)),
+    }
+}
+
 /// `util.PrefixedOverride(varname, prefix)`: `<prefix>_<varname>` unless it is absent, blank
 /// or `none`; else `varname` under the same rule; else "".
 fn prefixed_override(varname: &str, prefix: &str) -> Result<String, Fail> {
@@ -355,8 +450,8 @@ fn prefixed_override(varname: &str, prefix: &str) -> Result<String, Fail> {
 }
 
 /// Registers the library on an engine's environment; `store` answers `inventory.*`,
-/// `config.*` and `runtime.*`.
-pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
+/// `config.*` and `runtime.*`, `jit` the `dpl.*` functions.
+pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>, jit: &Arc<Jit>) {
     let add = |env: &mut Environment<'static>, name: &'static str, f: LibFn| {
         let f = Arc::new(f);
         let g = f.clone();
@@ -609,6 +704,33 @@ pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
             ))
         }),
     );
+    for (name, fallback) in [
+        ("dpl.GenerateFromUri", false),
+        ("dpl.GenerateFromUriOrFallbackToTemplate", true),
+    ] {
+        let jit = jit.clone();
+        add(
+            env,
+            name,
+            Box::new(move |args: &[Value]| dpl_from_uri(&jit, name, fallback, args)),
+        );
+    }
+    add(
+        env,
+        "dpl.Generate",
+        Box::new(|args: &[Value]| {
+            let cmd = string_args("dpl.Generate", args, 1)?.remove(0);
+            if cmd == "none" {
+                return Err(fail(
+                    "dpl.Generate: the DPL command is `none` (a command is expected)",
+                ));
+            }
+            jit_request(JitCall {
+                func: "dpl.Generate",
+                what: JitWhat::Command(cmd),
+            })
+        }),
+    );
     for (ns, fs) in UNAVAILABLE {
         for f in *fs {
             let full = format!("{ns}.{f}");
@@ -616,14 +738,6 @@ pub fn register(env: &mut Environment<'static>, store: &Arc<ConfigStore>) {
                 "{full} needs the experiment's own software (the anchor's {ns} generator): not available in envbridge"
             );
             env.add_function(&engine_name(&full), move |_| Err(fail(msg.clone())));
-        }
-    }
-    for (legacy, target) in LEGACY {
-        if target.starts_with("dpl.") {
-            let msg = format!(
-                "{legacy} ({target}) needs the experiment's own software: not available in envbridge"
-            );
-            env.add_function(legacy, move |_| Err(fail(msg.clone())));
         }
     }
 }

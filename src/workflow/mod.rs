@@ -11,6 +11,8 @@ pub mod expr;
 pub mod expr_scan;
 pub mod funcs;
 pub mod gofmt;
+pub mod jit;
+mod jit_generator;
 pub mod load;
 pub mod model;
 pub mod public;
