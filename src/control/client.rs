@@ -278,6 +278,31 @@ impl ControlClient {
             .await
     }
 
+    /// One FairMQ device step by hand (`event` from the device state `from`, both as the
+    /// device names them), as the anchor's `peanut` sends them: no sequence, no rollback.
+    pub async fn device_step(
+        &self,
+        addr: SocketAddr,
+        from: FmqState,
+        event: fairmq::FmqEvent,
+        deadline: Duration,
+    ) -> Result<pb::TransitionReply, ControlError> {
+        let req = pb::TransitionRequest {
+            src_state: from.as_str().to_string(),
+            transition_event: event.as_str().to_string(),
+            arguments: Vec::new(),
+        };
+        self.unary(
+            addr,
+            Variant::Json,
+            Method::Transition,
+            req,
+            deadline,
+            event.as_str(),
+        )
+        .await
+    }
+
     /// Every state the task reaches, including changes it makes on its own.
     ///
     /// `direct` tasks push their later states (StateStream: never the current one on

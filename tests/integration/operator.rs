@@ -901,9 +901,6 @@ async fn destroy_all(fx: &Fixture) -> Res {
 /// TASK) and the transition succeeds; it is neither failed as "unreachable" nor started over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_operator_carries_on_a_fairmq_sequence_left_part_way() -> Res {
-    use envbridge::control::json::JsonCodec;
-    use envbridge::control::pb;
-    use envbridge::control::wire::{Method, Variant};
     let fx = fixture("fmq-resume").await?;
     let sims = Sims::start(&fx);
     let op = start(&fx, None).await?;
@@ -925,33 +922,16 @@ async fn a_restarted_operator_carries_on_a_fairmq_sequence_left_part_way() -> Re
         .get(&t.name)
         .await?;
     let ip = pod.status.and_then(|s| s.pod_ip).ok_or("no pod IP")?;
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://{ip}:{}", t.control_port))?
-            .connect()
-            .await?;
-    let mut grpc = tonic::client::Grpc::new(envbridge::control::client::VariantChannel::new(
-        channel,
-        Variant::Json,
-    ));
+    let addr = std::net::SocketAddr::new(ip.parse()?, t.control_port);
     for (from, event) in [
         ("IDLE", "INIT DEVICE"),
         ("INITIALIZING DEVICE", "COMPLETE INIT"),
         ("INITIALIZED", "BIND"),
     ] {
-        grpc.ready().await?;
-        let req = pb::TransitionRequest {
-            src_state: from.into(),
-            transition_event: event.into(),
-            arguments: vec![],
-        };
-        let reply = grpc
-            .unary(
-                tonic::Request::new(req),
-                Method::Transition.path(Variant::Json),
-                JsonCodec::<pb::TransitionRequest, pb::TransitionReply>::default(),
-            )
+        let reply = envbridge::control::ControlClient::default()
+            .device_step(addr, from.parse()?, event.parse()?, Duration::from_secs(5))
             .await?;
-        assert!(reply.get_ref().ok, "{event}: {:?}", reply.get_ref());
+        assert!(reply.ok, "{event}: {reply:?}");
     }
 
     let op = start(&fx, None).await?;

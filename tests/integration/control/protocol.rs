@@ -225,36 +225,17 @@ async fn fairmq_configure_is_the_multi_step_sequence_in_the_simulator_log() {
 
 /// One raw FairMQ step, as a driver killed part-way had sent it.
 async fn raw_step(sim: &SimProc, from: &str, event: &str) -> String {
-    use envbridge::control::json::JsonCodec;
-    use envbridge::control::pb;
-    use envbridge::control::wire::{Method, Variant};
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", sim.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let svc = control::client::VariantChannel::new(channel, Variant::Json);
-    let mut grpc = tonic::client::Grpc::new(svc);
-    grpc.ready().await.unwrap();
-    let req = pb::TransitionRequest {
-        src_state: from.into(),
-        transition_event: event.into(),
-        arguments: vec![],
-    };
-    let reply = grpc
-        .unary(
-            tonic::Request::new(req),
-            Method::Transition.path(Variant::Json),
-            JsonCodec::<pb::TransitionRequest, pb::TransitionReply>::default(),
+    let reply = ControlClient::default()
+        .device_step(
+            sim.addr,
+            from.parse().unwrap(),
+            event.parse().unwrap(),
+            DEADLINE,
         )
         .await
         .unwrap();
-    assert!(
-        reply.get_ref().ok,
-        "{event} from {from}: {:?}",
-        reply.get_ref()
-    );
-    reply.get_ref().state.clone()
+    assert!(reply.ok, "{event} from {from}: {reply:?}");
+    reply.state
 }
 
 /// The events the simulator received, in order.
