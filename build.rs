@@ -38,5 +38,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .message_attribute(".envbridge.v1.Failure", "#[derive(serde::Serialize)]")
             .compile_fds(fds)?;
     }
+
+    // --- the anchor's o2control API (proto/o2control.proto and its two imports): server and
+    // client, with its descriptor set for gRPC reflection on the o2control listener ---
+    {
+        for f in [
+            "o2control.proto",
+            "o2control_common.proto",
+            "o2control_events.proto",
+        ] {
+            println!("cargo:rerun-if-changed=proto/{f}");
+        }
+        let fds = protox::compile(["proto/o2control.proto"], ["proto"])?;
+        let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+        let mut compiler = protox::Compiler::new(["proto"])?;
+        compiler
+            .include_imports(true)
+            .open_file("o2control.proto")?;
+        std::fs::write(
+            out.join("o2control_descriptor.bin"),
+            compiler.encode_file_descriptor_set(),
+        )?;
+        tonic_prost_build::configure().compile_fds(fds)?;
+    }
     Ok(())
 }

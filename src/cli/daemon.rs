@@ -12,12 +12,16 @@ use envbridge::bridge::{Bridge, BridgeConfig, Metrics, NamespaceMode};
 use envbridge::launch::lease::{DaemonLease, LeaseConfig};
 use envbridge::launch::legacy_env::Renamed;
 use envbridge::launch::logging::LogFormat;
+use envbridge::server::auth::Role;
+use envbridge::server::o2control::O2ControlConfig;
 use envbridge::server::{self, ServerConfig};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::daemon_file::{self, load_file};
-use super::daemon_values::{event_timeout, namespaced_name, plugin_endpoint, port_range};
+use super::daemon_values::{
+    event_timeout, namespaced_name, o2control_role, plugin_endpoint, port_range,
+};
 
 /// The daemon's settings, read twice into this one structure: from flags and environment
 /// variables (clap), and from the config file (serde, kebab-case keys, see daemon_file.rs);
@@ -51,6 +55,15 @@ pub struct DaemonArgs {
     pub tls_cert: Option<PathBuf>,
     #[arg(long, env = "ENVBRIDGE_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
+    /// Also serve the anchor's API (o2control.Control, what coconut and the ControlGUI
+    /// speak) on this address, with gRPC health and reflection. Loopback only for now
+    /// (docs/o2control.md).
+    #[arg(long, env = "ENVBRIDGE_O2CONTROL_LISTEN", value_name = "ADDR")]
+    pub o2control_listen: Option<SocketAddr>,
+    /// The role every o2control caller gets: viewer (the default) or operator.
+    #[arg(long, env = "ENVBRIDGE_O2CONTROL_ROLE", value_name = "ROLE", value_parser = o2control_role)]
+    #[serde(deserialize_with = "daemon_file::o2control_role")]
+    pub o2control_role: Option<Role>,
     /// Put every environment in this namespace.
     #[arg(
         long,
@@ -357,6 +370,11 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     s.insecure = a.insecure_no_auth;
     s.tls_cert = a.tls_cert;
     s.tls_key = a.tls_key;
+    s.o2control = match (a.o2control_listen, a.o2control_role) {
+        (Some(addr), role) => Some(O2ControlConfig::new(addr, role.unwrap_or(Role::Viewer))),
+        (None, Some(_)) => return Err("o2control-role needs o2control-listen".into()),
+        (None, None) => None,
+    };
     s.check().map_err(|e| e.to_string())?;
 
     let lease = a
@@ -580,6 +598,46 @@ mod tests {
         .err()
         .expect("a deadline without a generator");
         assert!(e.contains("need a jit-generator"), "{e}");
+    }
+
+    #[test]
+    fn the_o2control_listener_is_loopback_only_with_one_role() {
+        let on = |addr: &str, role: Option<Role>| DaemonArgs {
+            insecure_no_auth: true,
+            o2control_listen: Some(addr.parse().expect("addr")),
+            o2control_role: role,
+            ..Default::default()
+        };
+        let s = resolve(on("127.0.0.1:47999", None)).expect("loopback");
+        let o2 = s.server.o2control.expect("configured");
+        assert_eq!((o2.addr.port(), o2.role), (47999, Role::Viewer));
+        let s = resolve(on("[::1]:47999", Some(Role::Operator))).expect("loopback");
+        assert_eq!(s.server.o2control.expect("configured").role, Role::Operator);
+        let e = resolve(on("0.0.0.0:47999", None))
+            .err()
+            .expect("beyond loopback");
+        assert!(
+            e.contains("requires TLS with client certificates, which is not implemented yet"),
+            "{e}"
+        );
+        let e = resolve(DaemonArgs {
+            insecure_no_auth: true,
+            o2control_role: Some(Role::Operator),
+            ..Default::default()
+        })
+        .err()
+        .expect("a role without a listener");
+        assert!(e.contains("needs o2control-listen"), "{e}");
+        assert!(
+            resolve(DaemonArgs {
+                insecure_no_auth: true,
+                ..Default::default()
+            })
+            .expect("resolve")
+            .server
+            .o2control
+            .is_none()
+        );
     }
 
     #[test]

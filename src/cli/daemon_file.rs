@@ -13,7 +13,7 @@ use std::path::Path;
 use serde::de::{Deserialize, Deserializer, Error as _};
 
 use super::daemon::DaemonArgs;
-use super::daemon_values::{namespaced_name, plugin_endpoint, port_range};
+use super::daemon_values::{namespaced_name, o2control_role as role, plugin_endpoint, port_range};
 
 /// The settings a config file gives; an unknown key is refused, naming it.
 pub fn load_file(path: &Path) -> Result<DaemonArgs, String> {
@@ -61,6 +61,8 @@ impl DaemonArgs {
             token_file,
             tls_cert,
             tls_key,
+            o2control_listen,
+            o2control_role,
             namespace,
             namespace_prefix,
             watch_namespace,
@@ -128,6 +130,13 @@ pub fn control_ports<'de, D: Deserializer<'de>>(d: D) -> Result<Option<(u16, u16
 /// `tcp-ports: FIRST-LAST`.
 pub fn tcp_ports<'de, D: Deserializer<'de>>(d: D) -> Result<Option<(u16, u16)>, D::Error> {
     by_flag_parser(d, "tcp-ports", port_range)
+}
+
+/// `o2control-role: viewer|operator`.
+pub fn o2control_role<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<envbridge::server::auth::Role>, D::Error> {
+    by_flag_parser(d, "o2control-role", role)
 }
 
 /// `config-map: NAMESPACE/NAME`.

@@ -83,6 +83,8 @@ fn every_key_fixed() -> Vec<(&'static str, V<'static>)> {
         ("metrics-listen", V::S("127.0.0.1:9471")),
         ("tls-cert", V::S("/etc/tls/tls.crt")),
         ("tls-key", V::S("/etc/tls/tls.key")),
+        ("o2control-listen", V::S("127.0.0.1:50072")),
+        ("o2control-role", V::S("operator")),
         ("namespace", V::S("runs")),
         ("watch-namespace", V::S("runs")),
         ("tasks-dir", V::S("/w/tasks")),
@@ -128,6 +130,8 @@ const FLAGS_FIXED: &[&str] = &[
     "--metrics-listen=127.0.0.1:9471",
     "--tls-cert=/etc/tls/tls.crt",
     "--tls-key=/etc/tls/tls.key",
+    "--o2control-listen=127.0.0.1:50072",
+    "--o2control-role=operator",
     "--namespace=runs",
     "--watch-namespace=runs",
     "--tasks-dir=/w/tasks",
@@ -256,6 +260,9 @@ fn a_file_with_every_key_resolves_as_the_same_flags() {
         ("bridge-lease", "bridge-system")
     );
     assert!(s.server.tokens.is_some());
+    let o2 = s.server.o2control.expect("the o2control listener");
+    assert_eq!(o2.addr.to_string(), "127.0.0.1:50072");
+    assert_eq!(o2.role, envbridge::server::auth::Role::Operator);
 }
 
 #[test]

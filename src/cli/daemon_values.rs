@@ -1,6 +1,6 @@
 //! The text forms of the daemon's compound settings, one parser each, shared by the flags,
 //! the environment variables and the config file: `FIRST-LAST`, `NAMESPACE/NAME`,
-//! `PLUGIN=URL`, `EVENT=SECONDS`.
+//! `PLUGIN=URL`, `EVENT=SECONDS`, the o2control listener's role.
 
 use envbridge::state::Event;
 
@@ -55,6 +55,18 @@ pub fn event_timeout(kv: &str) -> Result<(Event, u64), String> {
     Ok((ev, v))
 }
 
+/// `--o2control-role viewer|operator`: the one role of the o2control listener's callers.
+pub fn o2control_role(s: &str) -> Result<envbridge::server::auth::Role, String> {
+    use envbridge::server::auth::Role;
+    match s.trim() {
+        "viewer" => Ok(Role::Viewer),
+        "operator" => Ok(Role::Operator),
+        other => Err(format!(
+            "{other:?}: the o2control role is viewer or operator"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +102,10 @@ mod tests {
         assert!(e.contains("seconds must be a number"), "{e}");
         let e = event_timeout("LAUNCH=3").expect_err("no such event");
         assert!(e.contains("LAUNCH"), "{e}");
+        use envbridge::server::auth::Role;
+        assert_eq!(o2control_role("viewer"), Ok(Role::Viewer));
+        assert_eq!(o2control_role("operator"), Ok(Role::Operator));
+        let e = o2control_role("admin").expect_err("not an o2control role");
+        assert!(e.contains("viewer or operator"), "{e}");
     }
 }

@@ -54,6 +54,10 @@ pub struct DemoArgs {
     /// it on the dashboard).
     #[arg(long)]
     pub hold: bool,
+    /// Also serve the anchor's API (o2control.Control) on this loopback address, with the
+    /// operator role: coconut and the ControlGUI can drive the demo (docs/o2control.md).
+    #[arg(long, value_name = "ADDR")]
+    pub o2control_listen: Option<std::net::SocketAddr>,
 }
 
 /// Another workflow than the project's own, with its sources made absolute (the children
@@ -202,6 +206,9 @@ async fn demo(
         None => args.nodes,
     };
     let real = args.real_nodes;
+    if real > 0 && args.o2control_listen.is_some() {
+        return Err("--o2control-listen is not available with --real-nodes yet (the daemon then runs in the cluster)".into());
+    }
     if real > 0 {
         step(&format!(
             "local control plane with {real} real nodes (and {nodes} simulated)"
@@ -276,6 +283,12 @@ async fn demo(
         format!("--token-file={}", token_file.display()),
         format!("--metrics-listen=127.0.0.1:{http_port}"),
     ];
+    if let Some(addr) = args.o2control_listen {
+        daemon_args.extend([
+            format!("--o2control-listen={addr}"),
+            "--o2control-role=operator".to_string(),
+        ]);
+    }
     match &foreign {
         None => daemon_args.extend([
             format!("--tasks-dir={}", flows.join("tasks").display()),
@@ -355,6 +368,11 @@ async fn demo(
         api_addr.trim_start_matches("http://")
     ));
     super::demo_hold::announce(&http, &token_file);
+    if let Some(addr) = args.o2control_listen {
+        say(&format!(
+            "o2control.Control serving on {addr} (operator role)"
+        ));
+    }
 
     if let Some(f) = &foreign {
         let summary = cycle_of(f, api, &mut live.environments, &kubectl).await?;

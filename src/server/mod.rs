@@ -1,5 +1,6 @@
 //! The daemon's network surface: the EnvBridge gRPC API (with health and reflection) and an
-//! HTTP listener for /metrics and /healthz.
+//! HTTP listener for /metrics and /healthz; with `--o2control-listen`, the anchor's API on a
+//! listener of its own (`o2control`).
 //!
 //! Binds 127.0.0.1 by default. Listening beyond loopback requires both a bearer token and
 //! TLS; the daemon refuses to start otherwise.
@@ -8,6 +9,7 @@ mod api;
 pub mod auth;
 pub mod convert;
 mod http;
+pub mod o2control;
 pub mod pb;
 mod ui;
 
@@ -32,6 +34,8 @@ pub struct ServerConfig {
     pub insecure: bool,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    /// The anchor's API on a listener of its own (`--o2control-listen`; docs/o2control.md).
+    pub o2control: Option<o2control::O2ControlConfig>,
 }
 
 impl Default for ServerConfig {
@@ -43,6 +47,7 @@ impl Default for ServerConfig {
             insecure: false,
             tls_cert: None,
             tls_key: None,
+            o2control: None,
         }
     }
 }
@@ -67,6 +72,12 @@ pub enum ServerError {
     },
     #[error("reflection: {0}")]
     Reflection(String),
+    #[error(
+        "refusing --o2control-listen {0}: beyond loopback the o2control listener requires TLS with client certificates, which is not implemented yet; listen on 127.0.0.1 or ::1"
+    )]
+    O2ControlBeyondLoopback(SocketAddr),
+    #[error("--o2control-role {0}: give viewer or operator")]
+    O2ControlRole(auth::Role),
 }
 
 impl ServerConfig {
@@ -84,6 +95,9 @@ impl ServerConfig {
                 "--tls-cert and --tls-key go together".into(),
             ));
         }
+        if let Some(o) = &self.o2control {
+            o.check()?;
+        }
         Ok(())
     }
 }
@@ -96,9 +110,12 @@ const MAX_MESSAGE: usize = 1024 * 1024;
 pub struct Bound {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
+    /// The o2control listener, when configured.
+    pub o2control: Option<SocketAddr>,
 }
 
-/// Binds both listeners and serves until `stop` is cancelled.
+/// Binds the listeners (and the o2control one, when configured) and serves until `stop`
+/// is cancelled.
 pub async fn serve(
     bridge: Arc<Bridge>,
     cfg: ServerConfig,
@@ -117,7 +134,7 @@ pub async fn serve(
             addr: cfg.http_addr,
             source,
         })?;
-    let bound = Bound {
+    let mut bound = Bound {
         grpc: grpc.local_addr().map_err(|source| ServerError::Bind {
             addr: cfg.grpc_addr,
             source,
@@ -126,6 +143,7 @@ pub async fn serve(
             addr: cfg.http_addr,
             source,
         })?,
+        o2control: None,
     };
     if !bound.http.ip().is_loopback() {
         tracing::warn!(addr = %bound.http, "/metrics and /healthz are served without authentication beyond loopback");
@@ -173,6 +191,14 @@ pub async fn serve(
         .add_service(health_svc)
         .add_service(reflection)
         .add_service(svc);
+    let o2control = match &cfg.o2control {
+        Some(o) => {
+            let (addr, handle) = o2control::serve(bridge.clone(), o, stop.clone()).await?;
+            bound.o2control = Some(addr);
+            Some(handle)
+        }
+        None => None,
+    };
     let http_app = http::router(bridge.clone()).merge(ui::router(bridge, cfg.tokens, bound.http));
 
     let grpc_stop = stop.clone();
@@ -188,6 +214,9 @@ pub async fn serve(
         }
         if let Err(e) = h {
             tracing::error!(error = %e, "HTTP server failed");
+        }
+        if let Some(o) = o2control {
+            let _ = o.await;
         }
     });
     tracing::info!(grpc = %bound.grpc, http = %bound.http, "serving");

@@ -17,6 +17,8 @@ mod dashboard_form;
 mod fixture;
 #[path = "daemon/live.rs"]
 mod live;
+#[path = "daemon/o2control.rs"]
+mod o2control;
 #[path = "daemon/plane.rs"]
 mod plane;
 #[path = "daemon/sim.rs"]

@@ -1,0 +1,234 @@
+//! Roster records -> the anchor's messages (pure: unit-tested without a server).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::pb::o2control as pb;
+use super::state_map;
+use crate::roster::{EnvRecord, Phase, TaskRecord};
+use crate::server::convert::millis;
+
+/// A task as the anchor's lists show it. Its id is the Task object's name (unique in its
+/// namespace, and it names the environment); the anchor's Mesos fields stay empty.
+pub fn short_task(t: &TaskRecord) -> pb::ShortTaskInfo {
+    pb::ShortTaskInfo {
+        name: t.name.to_string(),
+        // Every task envbridge knows belongs to an environment: the anchor's "locked".
+        locked: true,
+        task_id: t.name.to_string(),
+        status: state_map::task_status(t.state).into(),
+        state: state_map::task_state(t.state).into(),
+        class_name: t.class.to_string(),
+        deployment_info: Some(pb::TaskDeploymentInfo {
+            hostname: t.node.to_string(),
+            ..Default::default()
+        }),
+        critical: t.critical,
+        ..Default::default()
+    }
+}
+
+/// The transition under way: requested in the spec and not yet settled by the status.
+fn current_transition(e: &EnvRecord) -> String {
+    let Some((id, ev)) = &e.requested else {
+        return String::new();
+    };
+    let settled = e
+        .observed
+        .as_ref()
+        .is_some_and(|o| o.id == *id && o.phase != Phase::Running);
+    if settled {
+        String::new()
+    } else {
+        state_map::event_name(*ev).to_string()
+    }
+}
+
+/// An environment as the anchor's clients see it, from its record and its tasks; the task
+/// list itself only `with_tasks` (the counts always).
+pub fn environment(
+    e: &EnvRecord,
+    tasks: &[Arc<TaskRecord>],
+    with_tasks: bool,
+) -> pb::EnvironmentInfo {
+    let active = tasks
+        .iter()
+        .filter(|t| state_map::task_status(t.state) == "ACTIVE")
+        .count();
+    let hosts: BTreeSet<&str> = tasks.iter().map(|t| &*t.node).collect();
+    let number_of_hosts = if hosts.is_empty() {
+        e.nodes as usize
+    } else {
+        hosts.len()
+    };
+    pb::EnvironmentInfo {
+        id: e.id.to_string(),
+        created_when: millis(e.created_at),
+        state: state_map::environment_state(e.state).into(),
+        tasks: if with_tasks {
+            tasks.iter().map(|t| short_task(t)).collect()
+        } else {
+            vec![]
+        },
+        root_role: e.workflow.to_string(),
+        current_run_number: e
+            .run_number
+            .as_deref()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0),
+        number_of_hosts: number_of_hosts as i32,
+        number_of_tasks: e.tasks as i32,
+        current_transition: current_transition(e),
+        number_of_active_tasks: active as i32,
+        number_of_inactive_tasks: (e.tasks as usize).saturating_sub(active) as i32,
+        ..Default::default()
+    }
+}
+
+/// The daemon's own version in the anchor's shape.
+pub fn version() -> pb::Version {
+    let part = |s: &str| s.parse().unwrap_or(0);
+    pb::Version {
+        major: part(env!("CARGO_PKG_VERSION_MAJOR")),
+        minor: part(env!("CARGO_PKG_VERSION_MINOR")),
+        patch: part(env!("CARGO_PKG_VERSION_PATCH")),
+        build: String::new(),
+        product_name: env!("CARGO_PKG_NAME").into(),
+        version_str: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use super::*;
+    use crate::roster::{EnvKey, Observed};
+    use crate::state::{Event, State};
+
+    fn env() -> EnvRecord {
+        EnvRecord {
+            key: EnvKey::new("runs", "e1"),
+            id: "e1".into(),
+            workflow: "readout-dataflow".into(),
+            nodes: 2,
+            tasks: 3,
+            desired: State::Standby,
+            state: Some(State::Standby),
+            requested: None,
+            observed: None,
+            counts: BTreeMap::new(),
+            failing: vec![],
+            failing_critical: 0,
+            deleting: false,
+            run_number: None,
+            created_at: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            changed_at: SystemTime::now(),
+        }
+    }
+
+    fn task(name: &str, node: &str, state: State) -> Arc<TaskRecord> {
+        Arc::new(TaskRecord {
+            name: name.into(),
+            env: EnvKey::new("runs", "e1"),
+            node: node.into(),
+            class: "readout".into(),
+            path: "readout-dataflow.readout".into(),
+            critical: true,
+            state,
+            pod_phase: Some("Running".into()),
+            pod_ip: None,
+            message: None,
+            transition: None,
+            ports: Box::new([]),
+            control_port: 47100,
+            deleting: false,
+            changed_at: SystemTime::now(),
+        })
+    }
+
+    #[test]
+    fn an_environment_with_its_tasks_up_is_deployed() {
+        let tasks = [
+            task("e1-flp001-readout", "flp001", State::Standby),
+            task("e1-flp002-readout", "flp002", State::Standby),
+            task("e1-flp002-stfb", "flp002", State::Deploying),
+        ];
+        let i = environment(&env(), &tasks, true);
+        assert_eq!(i.id, "e1");
+        assert_eq!(i.state, "DEPLOYED");
+        assert_eq!(i.created_when, 1_700_000_000_123);
+        assert_eq!(i.root_role, "readout-dataflow");
+        assert_eq!(i.number_of_tasks, 3);
+        assert_eq!(i.number_of_hosts, 2);
+        assert_eq!(
+            (i.number_of_active_tasks, i.number_of_inactive_tasks),
+            (2, 1)
+        );
+        assert_eq!(i.current_run_number, 0);
+        assert_eq!(i.current_transition, "");
+        assert_eq!(i.tasks.len(), 3);
+        let t = &i.tasks[2];
+        assert_eq!(
+            (t.task_id.as_str(), t.state.as_str()),
+            ("e1-flp002-stfb", "UNKNOWN")
+        );
+        assert_eq!(t.status, "INACTIVE");
+        assert_eq!(t.class_name, "readout");
+        assert!(t.critical && t.locked);
+        assert_eq!(
+            t.deployment_info.as_ref().map(|d| d.hostname.as_str()),
+            Some("flp002")
+        );
+        // Without the list, the counts stay.
+        let i = environment(&env(), &tasks, false);
+        assert!(i.tasks.is_empty());
+        assert_eq!(i.number_of_active_tasks, 2);
+    }
+
+    #[test]
+    fn a_running_environment_reports_its_run_and_a_transition_under_way() {
+        let mut e = env();
+        e.state = Some(State::Running);
+        e.run_number = Some("512".into());
+        e.requested = Some(("t2".into(), Event::Start));
+        e.observed = Some(Observed {
+            id: "t2".into(),
+            event: Event::Start,
+            phase: Phase::Succeeded,
+            message: None,
+        });
+        let i = environment(&e, &[], false);
+        assert_eq!((i.state.as_str(), i.current_run_number), ("RUNNING", 512));
+        assert_eq!(i.current_transition, "");
+        // No tasks in the roster yet: the hosts the environment spans.
+        assert_eq!(i.number_of_hosts, 2);
+        e.requested = Some(("t3".into(), Event::Stop));
+        assert_eq!(
+            environment(&e, &[], false).current_transition,
+            "STOP_ACTIVITY"
+        );
+        e.observed = Some(Observed {
+            id: "t3".into(),
+            event: Event::Stop,
+            phase: Phase::Running,
+            message: None,
+        });
+        assert_eq!(
+            environment(&e, &[], false).current_transition,
+            "STOP_ACTIVITY"
+        );
+    }
+
+    #[test]
+    fn the_version_is_the_crates() {
+        let v = version();
+        assert_eq!(v.version_str, env!("CARGO_PKG_VERSION"));
+        assert_eq!(
+            format!("{}.{}.{}", v.major, v.minor, v.patch),
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(v.product_name, "envbridge");
+    }
+}

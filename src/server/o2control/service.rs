@@ -1,0 +1,201 @@
+//! The `o2control.Control` service: thin glue from the anchor's requests to the bridge and
+//! the roster the daemon's own API uses. Methods this slice does not serve answer
+//! UNIMPLEMENTED naming themselves.
+
+use std::collections::BTreeSet;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use futures::Stream;
+use tonic::{Request, Response, Status};
+
+use super::caller;
+use super::info;
+use super::pb::events;
+use super::pb::o2control as pb;
+use crate::bridge::Bridge;
+use crate::server::auth::Role;
+use crate::server::convert::{self, millis};
+
+pub struct Control {
+    bridge: Arc<Bridge>,
+    role: Role,
+    instance_name: String,
+    /// This listener's framework id (the anchor's is its scheduler's): new at every start.
+    framework_id: String,
+}
+
+impl Control {
+    pub fn new(bridge: Arc<Bridge>, role: Role, instance_name: String) -> Self {
+        Control {
+            bridge,
+            role,
+            instance_name,
+            framework_id: format!("envbridge-{}", uuid::Uuid::new_v4()),
+        }
+    }
+
+    fn allow(&self, need: Role, rpc: &str) -> Result<(), Status> {
+        caller::require(self.role, need, rpc)
+    }
+
+    /// Every environment the roster holds, with its tasks.
+    fn environments(&self, with_tasks: bool) -> Vec<pb::EnvironmentInfo> {
+        let r = &self.bridge.roster;
+        r.envs()
+            .iter()
+            .map(|e| info::environment(e, &r.tasks_of(&e.key), with_tasks))
+            .collect()
+    }
+}
+
+fn now() -> i64 {
+    millis(SystemTime::now())
+}
+
+fn unimplemented(rpc: &str) -> Status {
+    Status::unimplemented(format!(
+        "o2control.Control/{rpc} is not implemented by envbridge yet (docs/o2control.md)"
+    ))
+}
+
+/// The service's impl: the methods served (`served`), and those not served yet, each
+/// answering UNIMPLEMENTED naming itself. One macro around the whole impl, so that
+/// `async_trait` sees every method.
+macro_rules! control_impl {
+    (
+        served { $($served:tt)* }
+        not_yet { $($fn:ident($req:ty) -> $reply:ty = $rpc:literal;)* }
+    ) => {
+        #[tonic::async_trait]
+        impl pb::control_server::Control for Control {
+            $($served)*
+            $(
+                async fn $fn(&self, _: Request<$req>) -> Result<Response<$reply>, Status> {
+                    Err(unimplemented($rpc))
+                }
+            )*
+        }
+    };
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<events::Event, Status>> + Send>>;
+
+control_impl! {
+    served {
+        async fn get_framework_info(
+            &self,
+            _: Request<pb::GetFrameworkInfoRequest>,
+        ) -> Result<Response<pb::GetFrameworkInfoReply>, Status> {
+            self.allow(Role::Viewer, "GetFrameworkInfo")?;
+            let r = &self.bridge.roster;
+            let envs = r.envs();
+            let mut tasks = 0usize;
+            let mut hosts = BTreeSet::new();
+            for e in &envs {
+                for t in r.tasks_of(&e.key) {
+                    tasks += 1;
+                    hosts.insert(t.node.clone());
+                }
+            }
+            let state = if self.bridge.synced.all() {
+                "CONNECTED"
+            } else {
+                "DISCONNECTED"
+            };
+            Ok(Response::new(pb::GetFrameworkInfoReply {
+                framework_id: self.framework_id.clone(),
+                environments_count: envs.len() as i32,
+                tasks_count: tasks as i32,
+                state: state.into(),
+                hosts_count: hosts.len() as i32,
+                instance_name: self.instance_name.clone(),
+                version: Some(info::version()),
+                timestamp: now(),
+                ..Default::default()
+            }))
+        }
+
+        async fn get_environments(
+            &self,
+            req: Request<pb::GetEnvironmentsRequest>,
+        ) -> Result<Response<pb::GetEnvironmentsReply>, Status> {
+            self.allow(Role::Viewer, "GetEnvironments")?;
+            // `showAll` asks for environments the anchor would hide; envbridge hides none.
+            let r = req.into_inner();
+            Ok(Response::new(pb::GetEnvironmentsReply {
+                framework_id: self.framework_id.clone(),
+                environments: self.environments(r.show_task_infos),
+                timestamp: now(),
+            }))
+        }
+
+        async fn get_environment(
+            &self,
+            req: Request<pb::GetEnvironmentRequest>,
+        ) -> Result<Response<pb::GetEnvironmentReply>, Status> {
+            self.allow(Role::Viewer, "GetEnvironment")?;
+            let r = req.into_inner();
+            let e = self.bridge.resolve(&r.id).map_err(convert::status)?;
+            let tasks = self.bridge.roster.tasks_of(&e.key);
+            Ok(Response::new(pb::GetEnvironmentReply {
+                environment: Some(info::environment(&e, &tasks, true)),
+                // The workflow tree (showWorkflowTree) comes in a later slice.
+                workflow: None,
+                public: false,
+                timestamp: now(),
+            }))
+        }
+
+        async fn get_tasks(
+            &self,
+            _: Request<pb::GetTasksRequest>,
+        ) -> Result<Response<pb::GetTasksReply>, Status> {
+            self.allow(Role::Viewer, "GetTasks")?;
+            let r = &self.bridge.roster;
+            let tasks = r
+                .envs()
+                .iter()
+                .flat_map(|e| r.tasks_of(&e.key))
+                .map(|t| info::short_task(&t))
+                .collect();
+            Ok(Response::new(pb::GetTasksReply {
+                tasks,
+                timestamp: now(),
+            }))
+        }
+
+        type SubscribeStream = EventStream;
+
+        async fn subscribe(
+            &self,
+            _: Request<pb::SubscribeRequest>,
+        ) -> Result<Response<EventStream>, Status> {
+            Err(unimplemented("Subscribe"))
+        }
+    }
+    not_yet {
+        teardown(pb::TeardownRequest) -> pb::TeardownReply = "Teardown";
+        get_integrated_services(pb::Empty) -> pb::ListIntegratedServicesReply = "GetIntegratedServices";
+        get_active_detectors(pb::Empty) -> pb::GetActiveDetectorsReply = "GetActiveDetectors";
+        get_available_detectors(pb::Empty) -> pb::GetAvailableDetectorsReply = "GetAvailableDetectors";
+        new_environment(pb::NewEnvironmentRequest) -> pb::NewEnvironmentReply = "NewEnvironment";
+        new_environment_async(pb::NewEnvironmentRequest) -> pb::NewEnvironmentReply = "NewEnvironmentAsync";
+        new_auto_environment(pb::NewAutoEnvironmentRequest) -> pb::NewAutoEnvironmentReply = "NewAutoEnvironment";
+        control_environment(pb::ControlEnvironmentRequest) -> pb::ControlEnvironmentReply = "ControlEnvironment";
+        modify_environment(pb::ModifyEnvironmentRequest) -> pb::ModifyEnvironmentReply = "ModifyEnvironment";
+        destroy_environment(pb::DestroyEnvironmentRequest) -> pb::DestroyEnvironmentReply = "DestroyEnvironment";
+        get_task(pb::GetTaskRequest) -> pb::GetTaskReply = "GetTask";
+        cleanup_tasks(pb::CleanupTasksRequest) -> pb::CleanupTasksReply = "CleanupTasks";
+        get_roles(pb::GetRolesRequest) -> pb::GetRolesReply = "GetRoles";
+        get_workflow_templates(pb::GetWorkflowTemplatesRequest) -> pb::GetWorkflowTemplatesReply = "GetWorkflowTemplates";
+        list_repos(pb::ListReposRequest) -> pb::ListReposReply = "ListRepos";
+        add_repo(pb::AddRepoRequest) -> pb::AddRepoReply = "AddRepo";
+        remove_repo(pb::RemoveRepoRequest) -> pb::RemoveRepoReply = "RemoveRepo";
+        refresh_repos(pb::RefreshReposRequest) -> pb::Empty = "RefreshRepos";
+        set_default_repo(pb::SetDefaultRepoRequest) -> pb::Empty = "SetDefaultRepo";
+        set_global_default_revision(pb::SetGlobalDefaultRevisionRequest) -> pb::Empty = "SetGlobalDefaultRevision";
+        set_repo_default_revision(pb::SetRepoDefaultRevisionRequest) -> pb::SetRepoDefaultRevisionReply = "SetRepoDefaultRevision";
+    }
+}

@@ -1,0 +1,268 @@
+//! The o2control endpoint (docs/o2control.md): a daemon process started with
+//! `--o2control-listen` on loopback, an environment created through the daemon's own API,
+//! then seen through the anchor's API by the project's own o2control client (generated from
+//! the same proto/o2control.proto). The cluster side is the simulated one (`sim`).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use envbridge::server::o2control::pb::o2control as o2;
+use envbridge::server::pb;
+use o2::control_client::ControlClient;
+
+use super::fixture::{self, Child, Setup};
+use super::sim::SimConfig;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A free loopback port other than `not`.
+fn another_free_port(not: u16) -> u16 {
+    (20000..30000)
+        .filter(|p| *p != not)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_tasks() {
+    let ns = Setup::shared("daemon-o2control").await;
+    let _sim = ns.sim(SimConfig::default());
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
+        .await
+        .expect("TaskTemplates");
+    let port = fixture::free_port();
+    let o2port = another_free_port(port);
+    let _daemon = Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+            .args(["daemon", "--namespace", &ns.name])
+            .args(["--watch-namespace", &ns.name])
+            .args(["--no-leader-election", "--insecure-no-auth"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-listen", "127.0.0.1:0"])
+            .args(["--o2control-listen", &format!("127.0.0.1:{o2port}")])
+            .arg("--tasks-dir")
+            .arg(root.join("control-workflows/tasks"))
+            .arg("--workflows-dir")
+            .arg(root.join("control-workflows/workflows"))
+            .arg("--defaults")
+            .arg(root.join("site/local.yaml"))
+            .env("KUBECONFIG", &ns.kubeconfig)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn the daemon"),
+    );
+    let mut api = crate::support::wait_for("the daemon to listen", WAIT, || async move {
+        pb::env_bridge_client::EnvBridgeClient::connect(format!("http://127.0.0.1:{port}"))
+            .await
+            .ok()
+    })
+    .await;
+
+    // Created through the daemon's own API, up in STANDBY.
+    let created = fixture::create(
+        &mut api,
+        pb::CreateEnvironmentRequest {
+            workflow: "readout-dataflow".into(),
+            variables: [("hosts".to_string(), r#"["flp001","flp002"]"#.to_string())].into(),
+            env_id: "o2c".into(),
+            wait: true,
+            timeout_seconds: 60,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(created.outcome, "reached", "{}", created.message);
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+
+    let mut o2c = ControlClient::connect(format!("http://127.0.0.1:{o2port}"))
+        .await
+        .expect("connect to the o2control listener");
+
+    let info = o2c
+        .get_framework_info(o2::GetFrameworkInfoRequest {})
+        .await
+        .expect("GetFrameworkInfo")
+        .into_inner();
+    let version = info.version.expect("a version");
+    assert_eq!(version.version_str, env!("CARGO_PKG_VERSION"));
+    assert_eq!(version.product_name, "envbridge");
+    assert!(
+        info.instance_name.starts_with("envbridge@"),
+        "{}",
+        info.instance_name
+    );
+    assert_eq!(info.environments_count, 1);
+    assert_eq!(info.tasks_count as u32, created.tasks);
+    assert_eq!(info.hosts_count, 2);
+    assert!(!info.framework_id.is_empty());
+
+    let envs = o2c
+        .get_environments(o2::GetEnvironmentsRequest {
+            show_all: true,
+            show_task_infos: true,
+            ..Default::default()
+        })
+        .await
+        .expect("GetEnvironments")
+        .into_inner();
+    assert_eq!(envs.framework_id, info.framework_id);
+    let e = envs
+        .environments
+        .iter()
+        .find(|e| e.id == created.id)
+        .unwrap_or_else(|| panic!("{} not in {:?}", created.id, envs.environments));
+    assert_eq!(e.state, "DEPLOYED");
+    assert_eq!(e.root_role, "readout-dataflow");
+    assert_eq!(e.number_of_tasks as u32, created.tasks);
+    assert_eq!(e.number_of_active_tasks as u32, created.tasks);
+    assert_eq!(e.number_of_hosts, 2);
+    assert_eq!(e.tasks.len() as u32, created.tasks);
+    assert!(
+        (now_ms - 120_000..=now_ms).contains(&e.created_when),
+        "createdWhen {} is not the creation time (now {now_ms})",
+        e.created_when
+    );
+
+    let one = o2c
+        .get_environment(o2::GetEnvironmentRequest {
+            id: created.id.clone(),
+            show_workflow_tree: false,
+        })
+        .await
+        .expect("GetEnvironment")
+        .into_inner()
+        .environment
+        .expect("the environment");
+    assert_eq!((one.id.as_str(), one.state.as_str()), ("o2c", "DEPLOYED"));
+    let missing = o2c
+        .get_environment(o2::GetEnvironmentRequest {
+            id: "no-such-env".into(),
+            show_workflow_tree: false,
+        })
+        .await
+        .expect_err("no such environment");
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+
+    let tasks = o2c
+        .get_tasks(o2::GetTasksRequest {})
+        .await
+        .expect("GetTasks")
+        .into_inner()
+        .tasks;
+    assert_eq!(tasks.len() as u32, created.tasks);
+    let hosts: BTreeSet<&str> = tasks
+        .iter()
+        .filter_map(|t| t.deployment_info.as_ref())
+        .map(|d| d.hostname.as_str())
+        .collect();
+    assert_eq!(hosts, BTreeSet::from(["flp001", "flp002"]));
+    let classes: BTreeSet<&str> = tasks.iter().map(|t| t.class_name.as_str()).collect();
+    assert!(classes.iter().any(|c| c.contains("readout")), "{classes:?}");
+    for t in &tasks {
+        assert_eq!(
+            (t.state.as_str(), t.status.as_str()),
+            ("STANDBY", "ACTIVE"),
+            "{t:?}"
+        );
+        assert!(!t.task_id.is_empty() && t.locked, "{t:?}");
+    }
+    let ids: BTreeSet<&str> = tasks.iter().map(|t| t.task_id.as_str()).collect();
+    let listed: BTreeSet<&str> = e.tasks.iter().map(|t| t.task_id.as_str()).collect();
+    assert_eq!(
+        ids, listed,
+        "GetTasks and GetEnvironments list the same tasks"
+    );
+
+    // Not served yet: UNIMPLEMENTED, naming the method.
+    let e = o2c
+        .control_environment(o2::ControlEnvironmentRequest {
+            id: created.id.clone(),
+            r#type: o2::control_environment_request::Optype::Configure as i32,
+            request_user: None,
+        })
+        .await
+        .expect_err("not served yet");
+    assert_eq!(e.code(), tonic::Code::Unimplemented);
+    assert!(
+        e.message().contains("ControlEnvironment"),
+        "{}",
+        e.message()
+    );
+
+    // gRPC health on the same listener.
+    let mut health = tonic_health::pb::health_client::HealthClient::new(
+        tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{o2port}"))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect"),
+    );
+    let h = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "o2control.Control".into(),
+        })
+        .await
+        .expect("health")
+        .into_inner();
+    assert_eq!(
+        h.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+
+    // And reflection: the service, and the event stream's own package.
+    use tonic_reflection::pb::v1::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    let mut reflection = ServerReflectionClient::new(
+        tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{o2port}"))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect"),
+    );
+    let asks = [
+        MessageRequest::ListServices(String::new()),
+        MessageRequest::FileContainingSymbol("events.Event".into()),
+    ]
+    .map(|m| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(m),
+    });
+    let mut answers = reflection
+        .server_reflection_info(tokio_stream::iter(asks))
+        .await
+        .expect("reflection")
+        .into_inner();
+    match answers
+        .message()
+        .await
+        .expect("answer")
+        .and_then(|a| a.message_response)
+    {
+        Some(MessageResponse::ListServicesResponse(l)) => {
+            let names: BTreeSet<String> = l.service.into_iter().map(|s| s.name).collect();
+            assert!(names.contains("o2control.Control"), "{names:?}");
+        }
+        other => panic!("ListServices: {other:?}"),
+    }
+    match answers
+        .message()
+        .await
+        .expect("answer")
+        .and_then(|a| a.message_response)
+    {
+        Some(MessageResponse::FileDescriptorResponse(f)) => {
+            assert!(!f.file_descriptor_proto.is_empty())
+        }
+        other => panic!("events.Event: {other:?}"),
+    }
+
+    let gone = fixture::destroy(&mut api, &created.id, 60).await;
+    assert!(gone.gone, "{}", gone.message);
+}
