@@ -159,13 +159,14 @@ fn args(ns: &str, lease: Option<&str>) -> OperatorArgs {
 }
 
 async fn start(fx: &Fixture, lease: Option<&str>) -> Res<Running> {
+    start_with(fx, args(&fx.ns, lease)).await
+}
+
+/// An operator with arguments of the test's own (a shorter timeout, ...).
+async fn start_with(fx: &Fixture, args: OperatorArgs) -> Res<Running> {
     let client = operator_client(&fx.kubeconfig).await?;
     let stop = CancellationToken::new();
-    let handle = tokio::spawn(envbridge::operator::run(
-        client,
-        args(&fx.ns, lease),
-        stop.clone(),
-    ));
+    let handle = tokio::spawn(envbridge::operator::run(client, args, stop.clone()));
     Ok(Running { stop, handle })
 }
 
@@ -601,21 +602,16 @@ async fn failed_pod_turns_task_and_environment_to_error_unless_not_critical() ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_pending_past_the_startup_timeout_fails_its_task_with_its_events() -> Res {
     let fx = fixture("pending").await?;
-    let client = operator_client(&fx.kubeconfig).await?;
-    let stop = CancellationToken::new();
-    let op = Running {
-        stop: stop.clone(),
-        handle: tokio::spawn(envbridge::operator::run(
-            client,
-            OperatorArgs {
-                // Long enough that kwok has marked the pod Unschedulable under a loaded machine
-                // (3 s once passed before it had, while a release build ran beside the suite).
-                startup_timeout_seconds: 8,
-                ..args(&fx.ns, None)
-            },
-            stop,
-        )),
-    };
+    let op = start_with(
+        &fx,
+        OperatorArgs {
+            // Long enough that kwok has marked the pod Unschedulable under a loaded machine
+            // (3 s once passed before it had, while a release build ran beside the suite).
+            startup_timeout_seconds: 8,
+            ..args(&fx.ns, None)
+        },
+    )
+    .await?;
     let mut t = task_ref("ep", "flp001", "readout", 1, ControlMode::Basic);
     t.env.push(EnvVar {
         name: envbridge::dev::stages::SIM_PENDING_ENV.into(),
@@ -1160,19 +1156,14 @@ async fn a_dead_node_cannot_hold_an_environment_forever() -> Res {
         "metadata": {"name": host.clone(), "labels": {"envbridge.dev/host": host.clone()}}
     }))?;
     nodes.create(&Default::default(), &node).await?;
-    let client = operator_client(&fx.kubeconfig).await?;
-    let stop = CancellationToken::new();
-    let op = Running {
-        stop: stop.clone(),
-        handle: tokio::spawn(envbridge::operator::run(
-            client,
-            OperatorArgs {
-                pod_deletion_timeout_seconds: 3,
-                ..args(&fx.ns, None)
-            },
-            stop,
-        )),
-    };
+    let op = start_with(
+        &fx,
+        OperatorArgs {
+            pod_deletion_timeout_seconds: 3,
+            ..args(&fx.ns, None)
+        },
+    )
+    .await?;
     let t = task_ref("ed", &host, "readout", 1, ControlMode::Basic);
     deploy(&fx, "ed", std::slice::from_ref(&t), false).await?;
     let pods: Api<Pod> = Api::namespaced(fx.admin.clone(), &fx.ns);

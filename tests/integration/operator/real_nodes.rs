@@ -210,21 +210,16 @@ async fn a_container_exit_and_a_missing_image_fail_their_tasks_with_the_kubelets
                 "hostPath": {"path": "/nonexistent/envbridge-test", "type": "Directory"}}]}}
     }))?;
     templates.create(&Default::default(), &tt).await?;
-    let client = operator_client(&fx.kubeconfig).await?;
-    let stop = CancellationToken::new();
-    let op = Running {
-        stop: stop.clone(),
-        handle: tokio::spawn(envbridge::operator::run(
-            client,
-            OperatorArgs {
-                // The refused mount is reported with the kubelet's events once the pod is
-                // not Running after this long.
-                startup_timeout_seconds: 15,
-                ..args(&fx.ns, None)
-            },
-            stop,
-        )),
-    };
+    let op = start_with(
+        &fx,
+        OperatorArgs {
+            // The refused mount is reported with the kubelet's events once the pod is
+            // not Running after this long.
+            startup_timeout_seconds: 15,
+            ..args(&fx.ns, None)
+        },
+    )
+    .await?;
     let mut crash = real_task(
         "ex",
         "real002",
@@ -257,13 +252,12 @@ async fn a_container_exit_and_a_missing_image_fail_their_tasks_with_the_kubelets
     );
     mount.template = refused.clone();
     mount.critical = false;
-    deploy(
-        &fx,
-        "ex",
-        &[crash.clone(), missing.clone(), mount.clone()],
-        false,
-    )
-    .await?;
+    deploy(&fx, "ex", &[crash.clone(), missing.clone()], false).await?;
+    // The refused mount in an environment of its own: its start-up timeout never races the
+    // other environment's transitions.
+    mount.name = format!("em-{}", mount.name);
+    mount.id = mount.name.clone();
+    deploy(&fx, "em", std::slice::from_ref(&mount), false).await?;
 
     let tasks: Api<Task> = Api::namespaced(fx.admin.clone(), &fx.ns);
     let deadline = Instant::now() + WAIT;
@@ -339,6 +333,10 @@ async fn a_container_exit_and_a_missing_image_fail_their_tasks_with_the_kubelets
         ts = tasks.get(&crash.name).await?.status.unwrap_or_default();
     }
 
+    // destroy() waits for the whole namespace to be empty: both environments go.
+    Api::<Environment>::namespaced(fx.admin.clone(), &fx.ns)
+        .delete("em", &DeleteParams::default())
+        .await?;
     destroy(&fx, "ex").await?;
     templates.delete(&absent, &DeleteParams::default()).await?;
     templates.delete(&refused, &DeleteParams::default()).await?;
