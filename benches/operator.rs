@@ -147,7 +147,7 @@ async fn run() -> Res {
     Api::<Environment>::namespaced(admin.clone(), &op_ns)
         .delete("bo", &DeleteParams::default())
         .await?;
-    wait_gone(&admin, &op_ns).await?;
+    support::wait_gone(&admin, &op_ns, TIMEOUT).await?;
     let teardown = t1.elapsed();
     // Requests so far again (the teardown's are the difference).
     let _ = std::process::Command::new("kill")
@@ -426,39 +426,5 @@ async fn wait_standby(admin: &Client, ns: &str, name: &str, total: usize) -> Res
         if st.state == Some(State::Standby) && ready == want {
             return Ok(());
         }
-    }
-}
-
-async fn wait_gone(admin: &Client, ns: &str) -> Res {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        let lp = ListParams::default().limit(1);
-        let n = Api::<Environment>::namespaced(admin.clone(), ns)
-            .list(&lp)
-            .await?
-            .items
-            .len()
-            + Api::<Task>::namespaced(admin.clone(), ns)
-                .list(&lp)
-                .await?
-                .items
-                .len()
-            + Api::<Pod>::namespaced(admin.clone(), ns)
-                .list(&lp)
-                .await?
-                .items
-                .len()
-            + Api::<Service>::namespaced(admin.clone(), ns)
-                .list(&lp)
-                .await?
-                .items
-                .len();
-        if n == 0 {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err("teardown did not finish".into());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -65,6 +65,9 @@ pub const MANIFEST_DIRS: &[(&str, &str)] = &[
     ("site", "/etc/envbridge/site"),
 ];
 
+/// A workflow, task class or site file copied into the image is at most this long.
+const MAX_MANIFEST_FILE: u64 = 4 * 1024 * 1024;
+
 /// [`rootfs_entries`] plus, from the project's `manifests` directory, the files of
 /// [`MANIFEST_DIRS`].
 pub fn rootfs_entries_with(exe: &Path, manifests: Option<&Path>) -> Result<Vec<Entry>, ImageError> {
@@ -83,6 +86,12 @@ pub fn rootfs_entries_with(exe: &Path, manifests: Option<&Path>) -> Result<Vec<E
             files.sort();
             for f in files {
                 let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                if std::fs::metadata(&f).is_ok_and(|m| m.len() > MAX_MANIFEST_FILE) {
+                    return Err(ImageError::Entry {
+                        path: f.display().to_string(),
+                        reason: "is larger than 4 MiB, the bound of a workflow or site file",
+                    });
+                }
                 tree.add(Entry::file(&format!("{to}/{name}"), 0o644, read(&f)?))?;
             }
         }

@@ -389,3 +389,28 @@ fn ctr_errors_quote_stderr_without_its_log_warnings() {
     let only = "time=x level=warning msg=y\n";
     assert_eq!(import::quoted_stderr(only), only.trim());
 }
+
+#[test]
+fn manifest_files_are_copied_and_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    for (from, _) in MANIFEST_DIRS {
+        std::fs::create_dir_all(dir.path().join(from)).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("site/local.yaml"),
+        "o2_install_path: /opt/o2\n",
+    )
+    .unwrap();
+    let entries = rootfs_entries_with(&exe(), Some(dir.path())).unwrap();
+    assert!(
+        entries
+            .iter()
+            .any(|e| e.path == "/etc/envbridge/site/local.yaml")
+    );
+    let big = vec![b'#'; 4 * 1024 * 1024 + 1];
+    std::fs::write(dir.path().join("control-workflows/tasks/big.yaml"), big).unwrap();
+    let e = rootfs_entries_with(&exe(), Some(dir.path()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("big.yaml") && e.contains("4 MiB"), "{e}");
+}

@@ -152,25 +152,14 @@ pub fn ensure_images(
     std::fs::create_dir_all(&out).ctx("creating", &out)?;
     let archive = image::build(exe, &out).map_err(|e| DevError::Image(e.to_string()))?;
     for node in nodes {
-        import_if_stale(bins, node, &archive)?;
+        let sock = node.containerd_socket();
+        if image::ensure_imported(&bins.ctr, &sock, &archive)
+            .map_err(|e| DevError::Image(e.to_string()))?
+        {
+            eprintln!("envbridge: imported {} into {}", image::IMAGE, node.name);
+        }
     }
     Ok(archive)
-}
-
-fn import_if_stale(bins: &NodeBinaries, node: &NodeLayout, archive: &image::Archive) -> Result<()> {
-    let sock = node.containerd_socket();
-    let mut stale = false;
-    for (reference, digest) in &archive.manifests {
-        let have = image::imported_digest(&bins.ctr, &sock, reference)
-            .map_err(|e| DevError::Image(e.to_string()))?;
-        stale |= have.as_deref() != Some(digest.as_str());
-    }
-    if stale {
-        eprintln!("envbridge: importing {} into {}", image::IMAGE, node.name);
-        image::import(&bins.ctr, &sock, &archive.path)
-            .map_err(|e| DevError::Image(e.to_string()))?;
-    }
-    Ok(())
 }
 
 fn write_file(path: &Path, content: &str, secret: bool) -> Result<()> {
@@ -250,7 +239,7 @@ fn died(c: &Component, what: &str) -> DevError {
     }
 }
 
-fn start_containerd(node: &NodeLayout, bins: &NodeBinaries) -> Result<Component> {
+async fn start_containerd(node: &NodeLayout, bins: &NodeBinaries) -> Result<Component> {
     let log = node.dir.join("containerd.log");
     let path = format!(
         "{}:{}",
@@ -281,7 +270,7 @@ fn start_containerd(node: &NodeLayout, bins: &NodeBinaries) -> Result<Component>
         if Instant::now() > deadline {
             return Err(died(&c, "no socket after 30s"));
         }
-        std::thread::sleep(Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(c)
 }
@@ -364,7 +353,7 @@ pub async fn ensure(
         prepare(&node, plane, &bins)?;
         ensure_node_object(client, r, node.ip).await?;
         eprintln!("envbridge: starting containerd of {}", node.name);
-        let containerd = start_containerd(&node, &bins)?;
+        let containerd = start_containerd(&node, &bins).await?;
         started.push((r, node, containerd));
     }
     let layouts: Vec<NodeLayout> = out
