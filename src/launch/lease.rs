@@ -41,7 +41,13 @@ pub struct LeaseChoice {
     pub lease_name: Option<String>,
     pub lease_namespace: Option<String>,
     pub identity: Option<String>,
+    /// Seconds the Lease lasts without renewal (None: [`DEFAULT_LEASE_SECONDS`]).
+    pub lease_duration: Option<u64>,
 }
+
+/// How long a Lease lasts without renewal by default: a standby takes over at most this long
+/// after the leader dies.
+pub const DEFAULT_LEASE_SECONDS: u64 = 15;
 
 impl LeaseChoice {
     /// Fills what the flags and `prefix`ed variables left unset from the unprefixed names
@@ -82,8 +88,9 @@ impl LeaseChoice {
                 .identity
                 .or_else(|| std::env::var("POD_NAME").ok())
                 .unwrap_or_else(default_identity),
-            duration: 15,
-            grace: 5,
+            duration: self.lease_duration.unwrap_or(DEFAULT_LEASE_SECONDS),
+            // Renew a third of the way before the end: two renewals may fail before it lapses.
+            grace: (self.lease_duration.unwrap_or(DEFAULT_LEASE_SECONDS) / 3).max(1),
             field_manager: field_manager.to_string(),
         };
         cfg.check()?;
@@ -108,6 +115,10 @@ macro_rules! lease_args {
             /// This replica's identity in the Lease (default: POD_NAME, else host name + pid).
             #[arg(long, env = concat!($prefix, "IDENTITY"))]
             pub identity: Option<String>,
+            /// Seconds the Lease lasts without renewal: a standby takes over at most this
+            /// long after the leader dies (default 15, at least 2).
+            #[arg(long, env = concat!($prefix, "LEASE_DURATION"), value_parser = clap::value_parser!(u64).range(2..=3600))]
+            pub lease_duration: Option<u64>,
         }
 
         impl $name {
@@ -120,6 +131,7 @@ macro_rules! lease_args {
                     lease_name: c.lease_name,
                     lease_namespace: c.lease_namespace,
                     identity: c.identity,
+                    lease_duration: c.lease_duration,
                 }
             }
 
@@ -129,6 +141,7 @@ macro_rules! lease_args {
                     lease_name: self.lease_name.clone(),
                     lease_namespace: self.lease_namespace.clone(),
                     identity: self.identity.clone(),
+                    lease_duration: self.lease_duration,
                 }
             }
         }
@@ -231,6 +244,15 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((cfg.name.as_str(), cfg.identity.as_str()), ("l1", "me"));
+        assert_eq!((cfg.duration, cfg.grace), (DEFAULT_LEASE_SECONDS, 5));
+        let short = Both::parse_from(["x", "--lease-duration", "6"])
+            .d
+            .choice()
+            .config("n", "fm")
+            .unwrap()
+            .unwrap();
+        assert_eq!((short.duration, short.grace), (6, 2));
+        assert!(Both::try_parse_from(["x", "--lease-duration", "1"]).is_err());
         assert_eq!(OperatorLease::PREFIX, "ENVBRIDGE_OPERATOR_");
         let off = LeaseChoice {
             no_leader_election: true,

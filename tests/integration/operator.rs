@@ -152,6 +152,7 @@ fn args(ns: &str, lease: Option<&str>) -> OperatorArgs {
             lease_name: lease.map(String::from),
             lease_namespace: Some("envbridge-system".into()),
             identity: None,
+            lease_duration: None,
         },
         connect_timeout_seconds: 10,
         ..OperatorArgs::default()
