@@ -24,6 +24,7 @@ mod state;
 
 use std::process::ExitCode;
 
+pub mod sim_proxy;
 pub mod sim_runner;
 
 /// Test and bench scaffolding: not part of a plain build.
@@ -36,7 +37,9 @@ pub use plane::{
     ensure_up_in_with, ensure_up_with, real_nodes, real_nodes_in,
 };
 #[cfg(feature = "test-support")]
-pub use plane::{start_apiserver, stop_apiserver};
+pub use plane::{
+    kill_component, restart_component, set_node_ready, start_apiserver, stop_apiserver,
+};
 
 /// Default number of simulated nodes.
 pub const DEFAULT_NODES: u32 = 4;

@@ -22,7 +22,15 @@ use super::state::{self, Component, PlaneState};
 #[cfg(feature = "test-support")]
 mod apiserver_restart;
 #[cfg(feature = "test-support")]
+mod node_ready;
+#[cfg(feature = "test-support")]
+mod restart;
+#[cfg(feature = "test-support")]
 pub use apiserver_restart::{start_apiserver, stop_apiserver};
+#[cfg(feature = "test-support")]
+pub use node_ready::set_node_ready;
+#[cfg(feature = "test-support")]
+pub use restart::{kill_component, restart_component};
 
 /// What a caller needs to talk to the running control plane.
 #[derive(Debug, Clone)]

@@ -7,10 +7,18 @@
 //! `ENVBRIDGE_CONTROL_MODE=fairmq`. The simulator is stopped when the pod goes away. A
 //! simulator that crashes (injected) stays down, as a process would without a kubelet; one
 //! that could not bind its address is retried.
+//!
+//! `--fault-dir DIR` lets a test switch faults on and off at runtime, per pod `<ns>/<pod>`:
+//! each simulator reads `DIR/<ns>_<pod>.faults` at every transition request (`--fault-file`:
+//! lines `fail-on=EVENT`, `stuck-on=`, `hang-on=`, `crash-on=`, on top of the pod's
+//! `ENVBRIDGE_SIM_*`), and listens on a free 127.0.0.1 port behind a proxy of this process
+//! ([`super::sim_proxy`]) on the pod's control address, which forwards, stalls or cuts the
+//! control connections as `DIR/<ns>_<pod>.proxy` says (`pass`, `stall`, `cut`). The proxy
+//! stops with its simulator.
 
 use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
@@ -25,6 +33,7 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
+use super::sim_proxy::{ProxyError, SimProxy};
 use crate::control::sim::cli::{DEFAULT_CONTROL_PORT, EXIT_BIND_FAILED};
 use crate::control::sim::{self, SimConfig, SimMode, Simulator};
 use crate::signal::shutdown_signal;
@@ -60,6 +69,18 @@ pub struct SimRunnerArgs {
     /// process that ran to completion.
     #[arg(long)]
     pub complete_tasks: bool,
+    /// Runtime faults for tests: each simulator reads DIR/<namespace>_<pod>.faults at every
+    /// transition request (lines fail-on=EVENT, stuck-on=EVENT, hang-on=EVENT, crash-on=EVENT),
+    /// and a proxy on the pod's control address forwards its connections to the simulator on
+    /// a loopback port, or stalls or cuts them, as DIR/<namespace>_<pod>.proxy says (pass,
+    /// stall, cut).
+    #[arg(long)]
+    pub fault_dir: Option<PathBuf>,
+}
+
+/// `<namespace>_<pod>.<ext>`: a pod's file in the log and fault directories.
+fn pod_file(pod: &str, ext: &str) -> String {
+    format!("{}.{ext}", pod.replace('/', "_"))
 }
 
 /// Whether `pod` is a running basic or hook task on a simulated node that nothing has told
@@ -195,6 +216,21 @@ async fn client(path: &PathBuf) -> Result<Client, RunnerError> {
 struct Slot {
     spec: SimSpec,
     run: Run,
+    /// Where the simulator listens: the pod's address, or a loopback port behind `proxy`.
+    listen: SocketAddr,
+    /// With --fault-dir: the proxy on the pod's address.
+    proxy: Option<SimProxy>,
+}
+
+impl Slot {
+    fn waiting(spec: &SimSpec, run: Run) -> Slot {
+        Slot {
+            spec: spec.clone(),
+            run,
+            listen: spec.addr,
+            proxy: None,
+        }
+    }
 }
 
 enum Run {
@@ -237,8 +273,8 @@ impl Runner {
                     return;
                 }
                 self.stop(&uid).await;
-                let run = self.start(&spec).await;
-                self.slots.insert(uid, Slot { spec, run });
+                let slot = self.start(&spec).await;
+                self.slots.insert(uid, slot);
             }
         }
     }
@@ -267,10 +303,62 @@ impl Runner {
         }
     }
 
-    async fn start(&self, spec: &SimSpec) -> Run {
+    /// With --fault-dir, the fault file for `spec`'s simulator.
+    fn fault_file(&self, spec: &SimSpec) -> Option<PathBuf> {
+        let dir = self.args.fault_dir.as_ref()?;
+        Some(dir.join(pod_file(&spec.pod, "faults")))
+    }
+
+    /// With --fault-dir, the proxy on the pod's address to the simulator on `upstream`
+    /// (Err: what to do instead of starting the simulator).
+    async fn proxy(&self, spec: &SimSpec, upstream: SocketAddr) -> Result<Option<SimProxy>, Run> {
+        let Some(dir) = &self.args.fault_dir else {
+            return Ok(None);
+        };
+        let control = dir.join(pod_file(&spec.pod, "proxy"));
+        match SimProxy::start(spec.addr, upstream, control).await {
+            Ok(p) => Ok(Some(p)),
+            Err(e @ ProxyError::NotLoopback(_)) => {
+                error!("sim runner: pod {}: {e}", spec.pod);
+                Err(Run::Down)
+            }
+            Err(e) => {
+                warn!(
+                    "sim runner: {e} (pod {}); retrying in {RETRY_BIND:?}",
+                    spec.pod
+                );
+                Err(Run::RetryAt(Instant::now() + RETRY_BIND))
+            }
+        }
+    }
+
+    async fn start(&self, spec: &SimSpec) -> Slot {
         if self.args.in_process {
             return self.start_in_process(spec).await;
         }
+        let (listen, proxy) = if self.args.fault_dir.is_some() {
+            // Bound, read and closed: the simulator binds it next (else exits
+            // EXIT_BIND_FAILED and is retried).
+            let listen = match super::process::free_port() {
+                Ok(port) => SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+                Err(e) => {
+                    warn!("sim runner: pod {}: no free loopback port: {e}", spec.pod);
+                    return Slot::waiting(spec, Run::RetryAt(Instant::now() + RETRY_BIND));
+                }
+            };
+            match self.proxy(spec, listen).await {
+                Ok(p) => (listen, p),
+                Err(run) => return Slot::waiting(spec, run),
+            }
+        } else {
+            (spec.addr, None)
+        };
+        let slot = |run: Run, proxy: Option<SimProxy>| Slot {
+            spec: spec.clone(),
+            run,
+            listen,
+            proxy,
+        };
         let exe = match self
             .args
             .sim_exe
@@ -281,17 +369,20 @@ impl Runner {
             Ok(e) => e,
             Err(e) => {
                 error!("sim runner: cannot find its own executable: {e}");
-                return Run::Down;
+                return slot(Run::Down, None);
             }
         };
         let mut cmd = Command::new(exe);
         cmd.arg("task-sim")
             .arg("--listen")
-            .arg(spec.addr.to_string())
+            .arg(listen.to_string())
             .arg("--mode")
             .arg(spec.mode.to_string())
             .arg("--parent-pid")
             .arg(std::process::id().to_string());
+        if let Some(f) = self.fault_file(spec) {
+            cmd.arg("--fault-file").arg(f);
+        }
         for (k, _) in std::env::vars() {
             if k.starts_with("ENVBRIDGE_SIM_") || k == "OCC_CONTROL_PORT" {
                 cmd.env_remove(k);
@@ -302,7 +393,7 @@ impl Runner {
             .stdout(Stdio::null())
             .kill_on_drop(true);
         if let Some(dir) = &self.args.log_dir {
-            let file = dir.join(format!("{}.log", spec.pod.replace('/', "_")));
+            let file = dir.join(pod_file(&spec.pod, "log"));
             match std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
@@ -317,25 +408,26 @@ impl Runner {
         match cmd.spawn() {
             Ok(child) => {
                 info!(
-                    "sim runner: started task simulator for pod {} on {} ({}), pid {}",
+                    "sim runner: started task simulator for pod {} on {}{} ({}), pid {}",
                     spec.pod,
                     spec.addr,
+                    through(&proxy, listen),
                     spec.mode,
                     child.id().unwrap_or(0)
                 );
-                Run::Process(child)
+                slot(Run::Process(child), proxy)
             }
             Err(e) => {
                 error!(
                     "sim runner: cannot start task simulator for pod {}: {e}",
                     spec.pod
                 );
-                Run::RetryAt(Instant::now() + RETRY_BIND)
+                slot(Run::RetryAt(Instant::now() + RETRY_BIND), None)
             }
         }
     }
 
-    async fn start_in_process(&self, spec: &SimSpec) -> Run {
+    async fn start_in_process(&self, spec: &SimSpec) -> Slot {
         let get = |k: &str| -> Vec<String> {
             spec.env
                 .iter()
@@ -353,29 +445,50 @@ impl Runner {
         )
         .and_then(|c| c.with_fail_in(&get("ENVBRIDGE_SIM_FAIL_IN")))
         {
-            Ok(c) => c,
+            Ok(c) => SimConfig {
+                fault_file: self.fault_file(spec),
+                ..c
+            },
             Err(e) => {
                 error!("sim runner: pod {}: {e}", spec.pod);
-                return Run::Down;
+                return Slot::waiting(spec, Run::Down);
             }
         };
-        match sim::bind(spec.addr, false).await {
-            Ok(listener) => {
-                info!(
-                    "sim runner: started in-process task simulator for pod {} on {} ({})",
-                    spec.pod, spec.addr, spec.mode
-                );
-                let sim = Simulator::new(config);
-                Run::InProcess(tokio::spawn(sim::serve(
-                    listener,
-                    sim,
-                    std::future::pending(),
-                )))
-            }
+        // Behind the fault proxy, on a port of its own (bound here: no race for it).
+        let at = if self.args.fault_dir.is_some() {
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
+        } else {
+            spec.addr
+        };
+        let listener = match sim::bind(at, false).await {
+            Ok(l) => l,
             Err(e) => {
                 warn!("sim runner: pod {}: {e}; retrying", spec.pod);
-                Run::RetryAt(Instant::now() + RETRY_BIND)
+                return Slot::waiting(spec, Run::RetryAt(Instant::now() + RETRY_BIND));
             }
+        };
+        let listen = listener.local_addr().unwrap_or(at);
+        let proxy = match self.proxy(spec, listen).await {
+            Ok(p) => p,
+            Err(run) => return Slot::waiting(spec, run),
+        };
+        info!(
+            "sim runner: started in-process task simulator for pod {} on {}{} ({})",
+            spec.pod,
+            spec.addr,
+            through(&proxy, listen),
+            spec.mode
+        );
+        let sim = Simulator::new(config);
+        Slot {
+            spec: spec.clone(),
+            run: Run::InProcess(tokio::spawn(sim::serve(
+                listener,
+                sim,
+                std::future::pending(),
+            ))),
+            listen,
+            proxy,
         }
     }
 
@@ -383,6 +496,9 @@ impl Runner {
         let Some(slot) = self.slots.remove(uid) else {
             return;
         };
+        if let Some(proxy) = slot.proxy {
+            proxy.stop().await;
+        }
         match slot.run {
             Run::Process(mut child) => {
                 let _ = child.start_kill();
@@ -413,9 +529,11 @@ impl Runner {
                     Ok(Some(status)) if status.code() == Some(i32::from(EXIT_BIND_FAILED)) => {
                         warn!(
                             "sim runner: {} is taken (pod {}); retrying in {RETRY_BIND:?}",
-                            slot.spec.addr, slot.spec.pod
+                            slot.listen, slot.spec.pod
                         );
                         slot.run = Run::RetryAt(now + RETRY_BIND);
+                        // Started again with the simulator (on another port).
+                        slot.proxy = None;
                     }
                     Ok(Some(status)) => {
                         warn!(
@@ -423,6 +541,8 @@ impl Runner {
                             slot.spec.pod
                         );
                         slot.run = Run::Down;
+                        // Nothing answers on the pod's address any more, as without a proxy.
+                        slot.proxy = None;
                     }
                     Ok(None) => {}
                     Err(e) => warn!("sim runner: pod {}: {e}", slot.spec.pod),
@@ -433,6 +553,7 @@ impl Runner {
                         slot.spec.pod
                     );
                     slot.run = Run::Down;
+                    slot.proxy = None;
                 }
                 Run::RetryAt(at) if *at <= now => restart.push(uid.clone()),
                 _ => {}
@@ -440,10 +561,8 @@ impl Runner {
         }
         for uid in restart {
             if let Some(spec) = self.slots.get(&uid).map(|s| s.spec.clone()) {
-                let run = self.start(&spec).await;
-                if let Some(slot) = self.slots.get_mut(&uid) {
-                    slot.run = run;
-                }
+                let slot = self.start(&spec).await;
+                self.slots.insert(uid, slot);
             }
         }
     }
@@ -477,6 +596,14 @@ impl Runner {
     }
 }
 
+/// For the start log: where the simulator listens when a proxy stands in front of it.
+fn through(proxy: &Option<SimProxy>, listen: SocketAddr) -> String {
+    match proxy {
+        Some(_) => format!(" through its fault proxy (simulator on {listen})"),
+        None => String::new(),
+    }
+}
+
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -503,13 +630,15 @@ pub async fn serve(
     args: SimRunnerArgs,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunnerError> {
-    if let Some(dir) = &args.log_dir
-        && let Err(e) = std::fs::create_dir_all(dir)
-    {
-        return Err(RunnerError::Kubeconfig {
-            path: dir.clone(),
-            message: format!("cannot create log dir: {e}"),
-        });
+    for (dir, what) in [(&args.log_dir, "log dir"), (&args.fault_dir, "fault dir")] {
+        if let Some(dir) = dir
+            && let Err(e) = std::fs::create_dir_all(dir)
+        {
+            return Err(RunnerError::Kubeconfig {
+                path: dir.clone(),
+                message: format!("cannot create {what}: {e}"),
+            });
+        }
     }
     let client = client(&args.kubeconfig).await?;
     let pods: Api<Pod> = match &args.namespace {
@@ -525,9 +654,13 @@ pub async fn serve(
         stop2.notify_one();
     });
     info!(
-        "sim runner watching pods ({}) for task simulators{}",
+        "sim runner watching pods ({}) for task simulators{}{}",
         args.selector,
-        if args.in_process { ", in process" } else { "" }
+        if args.in_process { ", in process" } else { "" },
+        args.fault_dir
+            .as_ref()
+            .map(|d| format!(", runtime faults in {}", d.display()))
+            .unwrap_or_default()
     );
     let mut runner = Runner {
         pods: pods.clone(),

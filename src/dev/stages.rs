@@ -1,7 +1,8 @@
 //! kwok's configuration: the Stage objects that drive simulated nodes and pods.
 //!
 //! The five lifecycle stages are kwok v0.8.0's own (kustomize/stage/{node,pod}/fast and
-//! node/heartbeat); two stages of ours inject outcomes on demand, selected by pod labels.
+//! node/heartbeat); stages of ours inject outcomes on demand, selected by pod labels, and take
+//! a node out (NotReady) by a node label.
 
 /// Pod label that makes kwok fail a running pod (see stages/pod-sim-fail.yaml).
 pub const SIM_FAIL_LABEL: &str = "envbridge.dev/sim-fail";
@@ -17,6 +18,10 @@ pub const SIM_PENDING_ENV: &str = "ENVBRIDGE_SIM_PENDING";
 pub const SIM_SUCCEED_LABEL: &str = "envbridge.dev/sim-succeed";
 pub const SIM_SUCCEED_AFTER: &str = "envbridge.dev/sim-succeed-after";
 
+/// Node label that makes kwok report the node Ready=False (see stages/node-not-ready.yaml);
+/// removing it makes the node Ready again. `dev::set_node_ready` sets and removes it.
+pub const NOT_READY_LABEL: &str = "envbridge.dev/not-ready";
+
 /// (name, YAML) of every stage given to kwok.
 pub const STAGES: &[(&str, &str)] = &[
     (
@@ -24,6 +29,11 @@ pub const STAGES: &[(&str, &str)] = &[
         include_str!("stages/node-initialize.yaml"),
     ),
     ("node-heartbeat", include_str!("stages/node-heartbeat.yaml")),
+    ("node-not-ready", include_str!("stages/node-not-ready.yaml")),
+    (
+        "node-not-ready-heartbeat",
+        include_str!("stages/node-not-ready-heartbeat.yaml"),
+    ),
     ("pod-ready", include_str!("stages/pod-ready.yaml")),
     ("pod-complete", include_str!("stages/pod-complete.yaml")),
     ("pod-delete", include_str!("stages/pod-delete.yaml")),
@@ -109,6 +119,43 @@ mod tests {
                 .expect("delay")
                 .contains(SIM_FAIL_AFTER)
         );
+    }
+
+    /// Every node stage takes the not-ready label into account, so that exactly one of them
+    /// matches a node: a node no stage matches keeps its pending (delayed) job, and a pending
+    /// heartbeat would make a NotReady node Ready again.
+    #[test]
+    fn node_stages_split_on_the_not_ready_label() {
+        let docs = docs();
+        let key = format!(".metadata.labels[\"{NOT_READY_LABEL}\"]");
+        for (name, op) in [
+            ("node-initialize", "DoesNotExist"),
+            ("node-heartbeat", "DoesNotExist"),
+            ("node-not-ready", "Exists"),
+            ("node-not-ready-heartbeat", "Exists"),
+        ] {
+            let stage = docs
+                .iter()
+                .find(|d| d["metadata"]["name"] == name)
+                .expect(name);
+            let exprs = stage["spec"]["selector"]["matchExpressions"]
+                .as_array()
+                .expect("expressions");
+            assert!(
+                exprs.iter().any(|e| e["key"] == key && e["operator"] == op),
+                "{name} lacks {key} {op}"
+            );
+        }
+        for name in ["node-not-ready", "node-not-ready-heartbeat"] {
+            let stage = docs
+                .iter()
+                .find(|d| d["metadata"]["name"] == name)
+                .expect(name);
+            let template = stage["spec"]["next"]["statusTemplate"]
+                .as_str()
+                .expect("template");
+            assert!(template.contains(r#"status: "False""#), "{name}");
+        }
     }
 
     #[test]

@@ -65,6 +65,12 @@ pub struct TaskSimArgs {
     /// Log every received argument (debug level).
     #[arg(long, short)]
     pub verbose: bool,
+    /// Faults switched on and off at runtime: this file is read at every transition request
+    /// (at most 4 KiB), lines `fail-on=EVENT`, `stuck-on=EVENT`, `hang-on=EVENT`,
+    /// `crash-on=EVENT` applied on top of the options; missing = none (set by the sim
+    /// runner's --fault-dir).
+    #[arg(long, hide = true)]
+    pub fault_file: Option<std::path::PathBuf>,
     /// Exit once this process is no longer the parent (set by the sim runner, so that no
     /// simulator outlives it even when it is killed).
     #[arg(long, hide = true)]
@@ -109,7 +115,10 @@ pub fn run(args: TaskSimArgs) -> ExitCode {
     )
     .and_then(|c| c.with_fail_in(&args.fail_in))
     {
-        Ok(c) => c,
+        Ok(c) => SimConfig {
+            fault_file: args.fault_file.clone(),
+            ..c
+        },
         Err(e) => {
             error!("task simulator: {e}");
             return ExitCode::from(EXIT_USAGE);
@@ -146,9 +155,13 @@ pub fn run(args: TaskSimArgs) -> ExitCode {
         };
         let local = listener.local_addr().unwrap_or(listen);
         info!(
-            "task simulator listening on {local} (mode {}, pid {})",
+            "task simulator listening on {local} (mode {}, pid {}){}",
             args.mode,
-            std::process::id()
+            std::process::id(),
+            args.fault_file
+                .as_ref()
+                .map(|f| format!(", runtime faults from {}", f.display()))
+                .unwrap_or_default()
         );
         let sim = Simulator::new(config);
         tokio::select! {

@@ -5,9 +5,13 @@
 //! ...). In fairmq mode a run-control event designates the step that completes it
 //! (CONFIGURE = INIT TASK, START = RUN, STOP = STOP, RESET = RESET DEVICE, EXIT = END); a
 //! FairMQ step name never matches in direct mode.
+//!
+//! A fault file (`--fault-file`, read by the server at every transition request) switches
+//! more of these failures on and off at runtime: [`Faults::parse`].
 
 use std::collections::HashMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -145,6 +149,66 @@ pub struct SimConfig {
     /// Move to ERROR by itself this long after reaching this run-control state (a failure
     /// between transitions, unprompted; in fairmq mode the device then exits, as a real one).
     pub fail_in: Vec<(State, Duration)>,
+    /// Read at every transition request for faults switched on at runtime ([`Faults`]).
+    pub fault_file: Option<PathBuf>,
+}
+
+/// Failures switched on at runtime by a fault file, applied on top of a [`SimConfig`]'s.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    pub fail_on: Vec<EventKey>,
+    pub crash_on: Vec<EventKey>,
+    pub hang_on: Vec<EventKey>,
+    pub stuck_on: Vec<EventKey>,
+}
+
+/// A fault file's first bad line (1-based) and what is wrong with it.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("line {line}: {message}")]
+pub struct FaultFileError {
+    pub line: usize,
+    pub message: String,
+}
+
+impl Faults {
+    /// A fault file's text: lines `fail-on=EVENT`, `stuck-on=EVENT`, `hang-on=EVENT`,
+    /// `crash-on=EVENT` (EVENT as the options take it), `#` comments and blank lines.
+    pub fn parse(text: &str) -> Result<Faults, FaultFileError> {
+        let mut f = Faults::default();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or_default().trim();
+            if line.is_empty() {
+                continue;
+            }
+            let bad = |message: String| FaultFileError {
+                line: i + 1,
+                message,
+            };
+            let (kind, event) = line
+                .split_once('=')
+                .ok_or_else(|| bad(format!("{line:?} is not KIND=EVENT")))?;
+            let (option, list) = match kind.trim() {
+                "fail-on" => ("--fail-on", &mut f.fail_on),
+                "crash-on" => ("--crash-on", &mut f.crash_on),
+                "hang-on" => ("--hang-on", &mut f.hang_on),
+                "stuck-on" => ("--stuck-on", &mut f.stuck_on),
+                other => {
+                    return Err(bad(format!(
+                        "unknown fault {other:?} (one of fail-on, crash-on, hang-on, stuck-on)"
+                    )));
+                }
+            };
+            list.push(EventKey::parse(option, event).map_err(|e| bad(e.to_string()))?);
+        }
+        Ok(f)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fail_on.is_empty()
+            && self.crash_on.is_empty()
+            && self.hang_on.is_empty()
+            && self.stuck_on.is_empty()
+    }
 }
 
 /// What to do with one received request.
@@ -237,14 +301,21 @@ impl SimConfig {
     }
 
     pub fn fate(&self, req: Requested) -> Fate {
-        let hit = |keys: &[EventKey]| keys.iter().any(|k| k.matches(self.mode, req));
-        if hit(&self.crash_on) {
+        self.fate_with(req, &Faults::default())
+    }
+
+    /// The fate with `extra` faults (a fault file's) on top of this config's.
+    pub fn fate_with(&self, req: Requested, extra: &Faults) -> Fate {
+        let hit = |own: &[EventKey], more: &[EventKey]| {
+            own.iter().chain(more).any(|k| k.matches(self.mode, req))
+        };
+        if hit(&self.crash_on, &extra.crash_on) {
             Fate::Crash
-        } else if hit(&self.hang_on) {
+        } else if hit(&self.hang_on, &extra.hang_on) {
             Fate::Hang
-        } else if hit(&self.fail_on) {
+        } else if hit(&self.fail_on, &extra.fail_on) {
             Fate::Fail
-        } else if hit(&self.stuck_on) {
+        } else if hit(&self.stuck_on, &extra.stuck_on) {
             Fate::Stick
         } else {
             Fate::Succeed
@@ -360,5 +431,55 @@ mod tests {
         }
         // Empty values (an empty env var) are ignored.
         assert!(SimConfig::parse(SimMode::Direct, &s(&[""]), &s(&[""]), &[], &[], &[]).is_ok());
+    }
+
+    #[test]
+    fn fault_files_add_failures() {
+        let f = Faults::parse(
+            "# switched on by the test\n\nfail-on=CONFIGURE\n  stuck-on = BIND # a step\nhang-on=start\ncrash-on=RESET DEVICE\n",
+        )
+        .unwrap();
+        assert_eq!(f.fail_on, vec![EventKey::Run(Event::Configure)]);
+        assert_eq!(f.stuck_on, vec![EventKey::Step(FmqEvent::Bind)]);
+        assert_eq!(f.hang_on, vec![EventKey::Run(Event::Start)]);
+        assert_eq!(f.crash_on, vec![EventKey::Step(FmqEvent::ResetDevice)]);
+        assert!(Faults::parse("").unwrap().is_empty());
+        assert!(Faults::parse("# nothing\n\n").unwrap().is_empty());
+
+        let c = SimConfig {
+            mode: SimMode::Fairmq,
+            ..SimConfig::default()
+        };
+        let init_task = Requested::Step(FmqEvent::InitTask);
+        assert_eq!(c.fate_with(init_task, &Faults::default()), Fate::Succeed);
+        assert_eq!(c.fate_with(init_task, &f), Fate::Fail);
+        assert_eq!(
+            c.fate_with(Requested::Step(FmqEvent::Bind), &f),
+            Fate::Stick
+        );
+        assert_eq!(c.fate_with(Requested::Step(FmqEvent::Run), &f), Fate::Hang);
+        // The static config's faults still apply, with the same precedence.
+        let crash =
+            SimConfig::parse(SimMode::Fairmq, &[], &[], &s(&["CONFIGURE"]), &[], &[]).unwrap();
+        assert_eq!(crash.fate_with(init_task, &f), Fate::Crash);
+        assert_eq!(crash.fate_with(init_task, &Faults::default()), Fate::Crash);
+    }
+
+    #[test]
+    fn bad_fault_file_lines_are_named() {
+        for (text, line) in [
+            ("fail-on=CONFIGURE\nfail-on=LAUNCH\n", 2),
+            ("\n# c\nexplode-on=START", 3),
+            ("fail-on", 1),
+            ("fail-on=", 1),
+        ] {
+            assert_eq!(Faults::parse(text).unwrap_err().line, line, "{text:?}");
+        }
+        let e = Faults::parse("hang-on=LAUNCH").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("line 1: --hang-on: unknown event"),
+            "{e}"
+        );
     }
 }

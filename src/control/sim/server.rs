@@ -4,7 +4,9 @@
 //! `/occ_pb.Occ/<Method>`, StateStream of later changes), fairmq mode is OCClite (JSON at
 //! the bare method name, no StateStream, one EventStream message at ERROR or EXITING, the
 //! process exits after a failure, a step invalid in its state answered only at the next
-//! change). A process ends after reaching DONE/EXITING.
+//! change). A process ends after reaching DONE/EXITING. With a fault file
+//! (`SimConfig::fault_file`), each transition request reads it for faults switched on at
+//! runtime ([`read_faults`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -22,7 +24,7 @@ use tonic::server::{Grpc, ServerStreamingService, UnaryService};
 use tonic::{Request, Response, Status};
 use tracing::{debug, error, info, warn};
 
-use super::config::{Fate, SimConfig};
+use super::config::{Fate, Faults, SimConfig};
 use super::machine::{Machine, Rejection};
 use crate::control::bare_path_io::BarePathIo;
 use crate::control::json::JsonCodec;
@@ -68,6 +70,44 @@ enum End {
     Failed(String),
     /// EXIT/END reached DONE/EXITING: the process ends normally and its port closes.
     Exited,
+}
+
+/// The most of a fault file read.
+pub const FAULT_FILE_MAX: u64 = 4096;
+
+/// The faults a fault file switches on now. A missing file is none; an unreadable, oversized
+/// or malformed one is logged (naming the file and line) and is none too.
+pub fn read_faults(path: &std::path::Path) -> Faults {
+    use std::io::Read;
+    let text = std::fs::File::open(path).and_then(|f| {
+        if f.metadata()?.len() > FAULT_FILE_MAX {
+            return Err(std::io::Error::other(format!(
+                "larger than {FAULT_FILE_MAX} bytes"
+            )));
+        }
+        let mut buf = Vec::new();
+        f.take(FAULT_FILE_MAX).read_to_end(&mut buf)?;
+        String::from_utf8(buf).map_err(|_| std::io::Error::other("not UTF-8 text"))
+    });
+    match text {
+        Ok(text) => Faults::parse(&text).unwrap_or_else(|e| {
+            warn!(
+                "task simulator: fault file {}:{}: {}; ignoring the file",
+                path.display(),
+                e.line,
+                e.message
+            );
+            Faults::default()
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Faults::default(),
+        Err(e) => {
+            warn!(
+                "task simulator: cannot read fault file {}: {e}; ignoring it",
+                path.display()
+            );
+            Faults::default()
+        }
+    }
 }
 
 /// Time left for a last reply to reach its caller before the process ends.
@@ -195,16 +235,28 @@ impl Simulator {
         for a in &req.arguments {
             debug!("task simulator argument {} = {}", a.key, a.value);
         }
-        let fate = self.config.fate(mv.requested);
+        let fate = self.fate(mv.requested);
+        // What injected it, for the log: an option, or the fault file.
+        let by = |option: &'static str| {
+            if self.config.fate(mv.requested) == fate {
+                option
+            } else {
+                "fault file"
+            }
+        };
         match fate {
             Fate::Crash => {
-                error!("task simulator crashing on {event} as injected (--crash-on)");
+                error!(
+                    "task simulator crashing on {event} as injected ({})",
+                    by("--crash-on")
+                );
                 self.end_with(End::Crashed(event.clone()));
                 std::future::pending::<()>().await;
             }
             Fate::Hang => {
                 warn!(
-                    "task simulator hanging on {event} as injected (--hang-on): it will never reply"
+                    "task simulator hanging on {event} as injected ({}): it will never reply",
+                    by("--hang-on")
                 );
                 std::future::pending::<()>().await;
             }
@@ -252,13 +304,17 @@ impl Simulator {
         }
         let (state, ok, trigger) = match fate {
             Fate::Fail => {
-                warn!("task simulator failing {event} as injected (--fail-on)");
+                warn!(
+                    "task simulator failing {event} as injected ({})",
+                    by("--fail-on")
+                );
                 (current.error(), false, pb::StateChangeTrigger::DeviceError)
             }
             Fate::Stick => {
                 warn!(
-                    "task simulator stays in {} on {event} as injected (--stuck-on)",
-                    current.name()
+                    "task simulator stays in {} on {event} as injected ({})",
+                    current.name(),
+                    by("--stuck-on")
                 );
                 (current, false, pb::StateChangeTrigger::DeviceIntentional)
             }
@@ -270,6 +326,14 @@ impl Simulator {
             self.end_with(End::Failed(format!("{event} failed")));
         }
         Ok(reply(state, ok, trigger))
+    }
+
+    /// What to do with `req`: the config's faults and the fault file's, read now.
+    fn fate(&self, req: super::config::Requested) -> Fate {
+        match &self.config.fault_file {
+            Some(path) => self.config.fate_with(req, &read_faults(path)),
+            None => self.config.fate(req),
+        }
     }
 
     fn get_state(&self) -> pb::GetStateReply {
@@ -502,5 +566,100 @@ impl ServerStreamingService<pb::EventStreamRequest> for Svc {
     fn call(&mut self, _req: Request<pb::EventStreamRequest>) -> Self::Future {
         let s = self.sim.event_stream();
         Box::pin(async move { Ok(Response::new(s)) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::sim::config::SimMode;
+
+    fn request(src: &str, event: &str) -> pb::TransitionRequest {
+        pb::TransitionRequest {
+            src_state: src.into(),
+            transition_event: event.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn fault_file_reads_are_bounded_and_forgiving() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ns_pod.faults");
+        assert_eq!(read_faults(&path), Faults::default(), "missing: none");
+        std::fs::write(&path, "fail-on=CONFIGURE\n").unwrap();
+        assert_eq!(read_faults(&path).fail_on.len(), 1);
+        std::fs::write(&path, "fail-on=CONFIGURE\nfail-on=NOPE\n").unwrap();
+        assert_eq!(read_faults(&path), Faults::default(), "malformed: ignored");
+        let mut big = "# padding\n".repeat(500);
+        big.push_str("fail-on=CONFIGURE\n");
+        std::fs::write(&path, big).unwrap();
+        assert_eq!(read_faults(&path), Faults::default(), "oversized: ignored");
+        std::fs::write(&path, [0xff, 0xfe, b'\n']).unwrap();
+        assert_eq!(read_faults(&path), Faults::default(), "not text: ignored");
+        // A directory in its place cannot be read as a file.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        assert_eq!(read_faults(&path), Faults::default());
+    }
+
+    #[tokio::test]
+    async fn a_fault_switched_on_at_runtime_changes_the_fate_and_off_restores_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ns_pod.faults");
+        let sim = Simulator::new(SimConfig {
+            mode: SimMode::Direct,
+            fault_file: Some(path.clone()),
+            ..SimConfig::default()
+        });
+        // On: CONFIGURE is stuck, the task stays in STANDBY.
+        std::fs::write(&path, "# test\nstuck-on=CONFIGURE\n").unwrap();
+        let r = sim
+            .transition(request("STANDBY", "CONFIGURE"))
+            .await
+            .unwrap();
+        assert_eq!((r.ok, r.state.as_str()), (false, "STANDBY"));
+        // Off (file emptied): the same request succeeds.
+        std::fs::write(&path, "").unwrap();
+        let r = sim
+            .transition(request("STANDBY", "CONFIGURE"))
+            .await
+            .unwrap();
+        assert_eq!((r.ok, r.state.as_str()), (true, "CONFIGURED"));
+        // On again, another kind: RESET fails into ERROR.
+        std::fs::write(&path, "fail-on=RESET\n").unwrap();
+        let r = sim
+            .transition(request("CONFIGURED", "RESET"))
+            .await
+            .unwrap();
+        assert_eq!((r.ok, r.state.as_str()), (false, "ERROR"));
+        // Off (file removed): nothing extra.
+        std::fs::remove_file(&path).unwrap();
+        let r = sim.transition(request("ERROR", "RECOVER")).await.unwrap();
+        assert!(r.ok, "{r:?}");
+        // A malformed file is ignored: no extra fault.
+        std::fs::write(&path, "fail-on=CONFIGURE\nbogus\n").unwrap();
+        let r = sim
+            .transition(request("STANDBY", "CONFIGURE"))
+            .await
+            .unwrap();
+        assert_eq!((r.ok, r.state.as_str()), (true, "CONFIGURED"));
+    }
+
+    #[tokio::test]
+    async fn a_hang_switched_on_never_replies() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ns_pod.faults");
+        std::fs::write(&path, "hang-on=CONFIGURE\n").unwrap();
+        let sim = Simulator::new(SimConfig {
+            fault_file: Some(path),
+            ..SimConfig::default()
+        });
+        let r = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            sim.transition(request("STANDBY", "CONFIGURE")),
+        )
+        .await;
+        assert!(r.is_err(), "no reply");
     }
 }

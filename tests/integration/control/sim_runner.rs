@@ -119,6 +119,7 @@ async fn sim_runner_serves_each_pod_and_stops_with_it() {
         log_dir: None,
         in_process: false,
         complete_tasks: false,
+        fault_dir: None,
     };
     let runner = tokio::spawn(sim_runner::serve(args, async move {
         let _ = stop_rx.await;
