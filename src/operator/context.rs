@@ -16,6 +16,14 @@ use super::pod::PodSettings;
 use crate::crd::{Task, TaskSet, TaskTemplate};
 
 /// Everything a reconcile reads: stores fed by watches (never a GET per reconcile).
+/// A transition's answer as this operator recorded it.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: crate::crd::TaskStatus,
+    /// The status write succeeded (false: the apiserver or etcd refused it; write it again).
+    pub written: bool,
+}
+
 pub struct Ctx {
     pub client: Client,
     pub args: OperatorArgs,
@@ -31,9 +39,10 @@ pub struct Ctx {
     pub recorder: Recorder,
     /// Tasks whose process state was read since this operator started (re-attach check).
     pub verified: DashSet<String>,
-    /// Task uid -> the status written with this operator's last answer to a transition
-    /// (read while the store lags behind that write; see `task_controller::answered`).
-    pub answered: DashMap<String, crate::crd::TaskStatus>,
+    /// Task uid -> this operator's last answer to a transition and whether its status write
+    /// landed (read while the store lags behind that write, or instead of sending the step
+    /// again after the write failed; see `task_controller::answered`).
+    pub answered: DashMap<String, Answer>,
     /// TaskSet uid -> (resourceVersion, content hash): TaskSets are immutable, hash each once.
     pub set_hashes: DashMap<String, (String, String)>,
     /// (what, task uid) -> when this operator created (or deleted) the task's Pod or

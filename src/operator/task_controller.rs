@@ -14,7 +14,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::context::Ctx;
+use super::context::{Answer, Ctx};
 use super::control_api::{ControlClient, ControlError, TaskEndpoint};
 use super::env_controller::set_condition;
 use super::hooks;
@@ -54,14 +54,29 @@ pub async fn reconcile(task: Arc<Task>, ctx: Arc<Ctx>) -> Result<Action> {
 /// A live Task: its pod, its process and its status.
 async fn apply(task: Arc<Task>, ctx: &Ctx) -> Result<Action> {
     let uid = task.uid().unwrap_or_default();
-    let old = answered(&task, ctx, &uid).unwrap_or_else(|| task.status.clone().unwrap_or_default());
+    let mine = answered(&task, ctx, &uid);
+    let unwritten = mine.as_ref().is_some_and(|a| !a.written);
+    let old = mine.map_or_else(|| task.status.clone().unwrap_or_default(), |a| a.status);
     let mut st = old.clone();
     let mut step = Step::default();
     drive(&task, ctx, &mut st, &mut step).await?;
-    if step.write_status && st != old {
+    if step.write_status && (st != old || unwritten) {
+        // The answer is kept before the write: when the write fails (apiserver or etcd
+        // down), the retry writes it again instead of sending the task the same step twice.
+        let keep = st.transition.is_some();
+        if keep {
+            let status = st.clone();
+            ctx.answered.insert(
+                uid.clone(),
+                Answer {
+                    status,
+                    written: false,
+                },
+            );
+        }
         write_status(ctx, &task, &st).await?;
-        if st.transition.is_some() {
-            ctx.answered.insert(uid, st.clone());
+        if keep && let Some(mut a) = ctx.answered.get_mut(&uid) {
+            a.written = true;
         }
     }
     if step.delete_pod && !ctx.args.keep_pods {
@@ -74,14 +89,18 @@ async fn apply(task: Arc<Task>, ctx: &Ctx) -> Result<Action> {
         .unwrap_or_else(|| Action::requeue(Duration::from_secs(600))))
 }
 
-/// The status this operator wrote with its answer to the Task's current transition, when the
-/// store does not show that answer yet (a reconcile woken before the status write's watch
-/// event arrives must neither send the transition again nor judge against the old state).
-fn answered(task: &Task, ctx: &Ctx, uid: &str) -> Option<TaskStatus> {
+/// This operator's answer to the Task's current transition, when the store does not show it
+/// (a reconcile woken before the status write's watch event arrives, or after that write
+/// failed, must neither send the transition again nor judge against the old state).
+fn answered(task: &Task, ctx: &Ctx, uid: &str) -> Option<Answer> {
     let req = task.spec.transition.as_ref()?;
     let mine = ctx.answered.get(uid)?;
     let stored = task.status.as_ref().and_then(|s| s.transition.as_ref());
-    let ours = mine.transition.as_ref().is_some_and(|t| t.id == req.id);
+    let ours = mine
+        .status
+        .transition
+        .as_ref()
+        .is_some_and(|t| t.id == req.id);
     (ours && stored.map(|t| &t.id) != Some(&req.id)).then(|| mine.clone())
 }
 
