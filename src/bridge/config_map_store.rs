@@ -97,7 +97,9 @@ pub async fn watch(
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut events = watcher::watcher(api, cfg)
+        .backoff(crate::launch::watch_backoff::watch_backoff())
+        .boxed();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,

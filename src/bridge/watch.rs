@@ -188,7 +188,7 @@ fn new_stream<K: Feed>(api: &Api<K>, metrics: &Metrics) -> Stream<K> {
             // managedFields can be half an object's size and the roster never reads them.
             o.meta_mut().managed_fields = None;
         })
-        .default_backoff()
+        .backoff(crate::launch::watch_backoff::watch_backoff())
         .boxed()
 }
 

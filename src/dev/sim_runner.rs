@@ -646,7 +646,9 @@ pub async fn serve(
         None => Api::all(client),
     };
     let wc = watcher::Config::default().labels(&args.selector);
-    let mut events = watcher::watcher(pods.clone(), wc).default_backoff().boxed();
+    let mut events = watcher::watcher(pods.clone(), wc)
+        .backoff(crate::launch::watch_backoff::watch_backoff())
+        .boxed();
     let stop = Arc::new(tokio::sync::Notify::new());
     let stop2 = stop.clone();
     tokio::spawn(async move {

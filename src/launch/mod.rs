@@ -8,3 +8,4 @@ pub mod lease;
 pub mod legacy_env;
 pub mod logging;
 pub mod runtime;
+pub mod watch_backoff;

@@ -12,6 +12,8 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, controller, watcher};
+
+use crate::launch::watch_backoff::watch_backoff;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
@@ -57,7 +59,7 @@ where
     let stream = reflector::reflector(
         writer,
         watcher(api, cfg)
-            .default_backoff()
+            .backoff(watch_backoff())
             .modify(move |o: &mut K| {
                 o.managed_fields_mut().clear();
                 trim(o);
@@ -260,6 +262,7 @@ pub async fn run_controllers(
             wake_rx,
         ))
         .with_config(task_cfg)
+        .trigger_backoff(watch_backoff())
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(
             task_controller::reconcile,
@@ -286,6 +289,7 @@ pub async fn run_controllers(
             },
         )
         .with_config(env_cfg)
+        .trigger_backoff(watch_backoff())
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(
             env_controller::reconcile,
