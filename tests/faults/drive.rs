@@ -4,10 +4,13 @@
 //! rather than asked twice. A step that does not end within [`STEP_BOUND`] is a violation
 //! (a wait that hangs).
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use envbridge::server::pb;
+use envbridge::server::pb::env_bridge_client::EnvBridgeClient;
+use tonic::transport::Channel;
 
 use super::site::Site;
 
@@ -43,51 +46,87 @@ async fn order(site: &Site) -> Vec<usize> {
     o
 }
 
-/// Creates environment `id` on `hosts`, waiting until its tasks are STANDBY.
-pub async fn create(site: &Site, id: &str, hosts: &[String]) -> Result<Outcome, String> {
+/// What one call to one replica gave.
+enum Attempt {
+    Done(Outcome),
+    /// Not an answer yet (an error, or a wait that ended first): this, then try again.
+    Again(String),
+}
+
+/// Calls `call` on the replicas, leader first, until one gives an outcome or
+/// [`STEP_BOUND`] passes; `call` gets the client, the replica and the retries so far.
+async fn retrying<F, Fut>(site: &Site, what: &str, mut call: F) -> Result<Outcome, String>
+where
+    F: FnMut(EnvBridgeClient<Channel>, usize, u32) -> Fut,
+    Fut: Future<Output = Attempt>,
+{
     let start = Instant::now();
-    let hosts = serde_json::to_string(hosts).expect("hosts as JSON");
     let mut retries = 0;
     let mut last = String::new();
     while start.elapsed() < STEP_BOUND {
         for r in order(site).await {
-            let Some(mut api) = site.api(r).await else {
+            let Some(api) = site.api(r).await else {
                 continue;
             };
-            let req = pb::CreateEnvironmentRequest {
-                workflow: "readout-dataflow".into(),
-                variables: BTreeMap::from([("hosts".to_string(), hosts.clone())])
-                    .into_iter()
-                    .collect(),
-                // The same key on every retry: a create the daemon had written is not made twice.
-                idempotency_key: format!("faults-{id}"),
-                env_id: id.to_string(),
-                wait: true,
-                timeout_seconds: 120,
-            };
-            match api.create_environment(req).await {
-                Ok(r) => {
-                    let r = r.into_inner();
-                    if r.outcome == "timeout" {
-                        last = format!("{}: {}", r.outcome, r.message);
-                        continue; // the same key again: waits on the same environment
-                    }
-                    return Ok(Outcome {
-                        ok: r.outcome == "reached",
-                        message: format!("{}: {}", r.outcome, r.message),
-                        failures: failures(&r.failures),
-                        retries,
-                    });
+            match call(api, r, retries).await {
+                Attempt::Done(mut o) => {
+                    o.retries = retries;
+                    return Ok(o);
                 }
-                Err(e) => last = format!("daemon-{r}: {}", e.message()),
+                Attempt::Again(why) => last = why,
             }
         }
         retries += 1;
         tokio::time::sleep(RETRY).await;
     }
     Err(format!(
-        "create {id} did not end within {STEP_BOUND:?} (last: {last})"
+        "{what} did not end within {STEP_BOUND:?} (last: {last})"
     ))
+}
+
+fn outcome(ok: bool, message: String, failures: Vec<(String, String)>) -> Attempt {
+    Attempt::Done(Outcome {
+        ok,
+        message,
+        failures,
+        retries: 0,
+    })
+}
+
+/// Creates environment `id` on `hosts`, waiting until its tasks are STANDBY.
+pub async fn create(site: &Site, id: &str, hosts: &[String]) -> Result<Outcome, String> {
+    let hosts = serde_json::to_string(hosts).expect("hosts as JSON");
+    let hosts = &hosts;
+    retrying(site, &format!("create {id}"), |mut api, r, _| async move {
+        let req = pb::CreateEnvironmentRequest {
+            workflow: "readout-dataflow".into(),
+            variables: BTreeMap::from([("hosts".to_string(), hosts.clone())])
+                .into_iter()
+                .collect(),
+            // The same key on every retry: a create the daemon had written is not made twice.
+            idempotency_key: format!("faults-{id}"),
+            env_id: id.to_string(),
+            wait: true,
+            timeout_seconds: 120,
+        };
+        match api.create_environment(req).await {
+            // The same key again waits on the same environment.
+            Ok(r) if r.get_ref().outcome == "timeout" => {
+                let r = r.into_inner();
+                Attempt::Again(format!("{}: {}", r.outcome, r.message))
+            }
+            Ok(r) => {
+                let r = r.into_inner();
+                outcome(
+                    r.outcome == "reached",
+                    format!("{}: {}", r.outcome, r.message),
+                    failures(&r.failures),
+                )
+            }
+            Err(e) => Attempt::Again(format!("daemon-{r}: {}", e.message())),
+        }
+    })
+    .await
 }
 
 async fn requested(site: &Site, id: &str) -> Option<pb::TransitionInfo> {
@@ -103,32 +142,30 @@ async fn requested(site: &Site, id: &str) -> Option<pb::TransitionInfo> {
     None
 }
 
-/// Runs `event` on `id` and waits for its outcome. `before` is the id of the transition the
-/// environment had asked for before this one: a requested transition with another id and
-/// this event is ours, written before the call failed.
+/// Runs `event` on `id` and waits for its outcome. A requested transition with this event
+/// and an id other than the one the environment had asked for before this call is ours,
+/// written before a call failed: it is awaited by its id, never asked twice.
 pub async fn transition(site: &Site, id: &str, event: &str) -> Result<Outcome, String> {
-    let start = Instant::now();
     let before = requested(site, id).await.map(|t| t.id).unwrap_or_default();
-    let mut ours: Option<String> = None;
-    let mut retries = 0;
-    let mut last = String::new();
-    while start.elapsed() < STEP_BOUND {
-        for r in order(site).await {
-            let Some(mut api) = site.api(r).await else {
-                continue;
-            };
-            if ours.is_none()
+    let ours: RefCell<Option<String>> = RefCell::new(None);
+    let (ours, before) = (&ours, &before);
+    retrying(
+        site,
+        &format!("{event} of {id}"),
+        |mut api, r, retries| async move {
+            if ours.borrow().is_none()
                 && retries > 0
                 && let Some(t) = requested(site, id).await
-                && t.id != before
+                && t.id != *before
                 && t.event == event
             {
-                ours = Some(t.id);
+                *ours.borrow_mut() = Some(t.id);
             }
-            let req = match &ours {
+            let awaited = ours.borrow().clone();
+            let req = match awaited {
                 Some(tid) => pb::TransitionRequest {
                     id: id.into(),
-                    transition_id: tid.clone(),
+                    transition_id: tid,
                     wait: true,
                     timeout_seconds: 90,
                     ..Default::default()
@@ -146,38 +183,28 @@ pub async fn transition(site: &Site, id: &str, event: &str) -> Result<Outcome, S
                     let r = r.into_inner();
                     if r.outcome == "timeout" || r.outcome == "requested" {
                         // Still running (the wait ended first): await it again.
-                        ours = Some(r.transition_id.clone());
-                        last = format!("{}: {}", r.outcome, r.message);
-                        continue;
+                        *ours.borrow_mut() = Some(r.transition_id.clone());
+                        return Attempt::Again(format!("{}: {}", r.outcome, r.message));
                     }
-                    return Ok(Outcome {
-                        ok: r.ok,
-                        message: format!("{}: {}", r.outcome, r.message),
-                        failures: failures(&r.failures),
-                        retries,
-                    });
+                    outcome(
+                        r.ok,
+                        format!("{}: {}", r.outcome, r.message),
+                        failures(&r.failures),
+                    )
                 }
-                Err(e) => last = format!("daemon-{r}: {:?} {}", e.code(), e.message()),
+                Err(e) => Attempt::Again(format!("daemon-{r}: {:?} {}", e.code(), e.message())),
             }
-        }
-        retries += 1;
-        tokio::time::sleep(RETRY).await;
-    }
-    Err(format!(
-        "{event} of {id} did not end within {STEP_BOUND:?} (last: {last})"
-    ))
+        },
+    )
+    .await
 }
 
 /// Destroys `id`, waiting until it is gone.
 pub async fn destroy(site: &Site, id: &str) -> Result<Outcome, String> {
-    let start = Instant::now();
-    let mut retries = 0;
-    let mut last = String::new();
-    while start.elapsed() < STEP_BOUND {
-        for r in order(site).await {
-            let Some(mut api) = site.api(r).await else {
-                continue;
-            };
+    retrying(
+        site,
+        &format!("destroy of {id}"),
+        |mut api, r, retries| async move {
             let req = pb::DestroyEnvironmentRequest {
                 id: id.into(),
                 wait: true,
@@ -186,31 +213,17 @@ pub async fn destroy(site: &Site, id: &str) -> Result<Outcome, String> {
             match api.destroy_environment(req).await {
                 Ok(r) => {
                     let r = r.into_inner();
-                    return Ok(Outcome {
-                        ok: r.gone,
-                        message: r.message,
-                        failures: Vec::new(),
-                        retries,
-                    });
+                    outcome(r.gone, r.message, Vec::new())
                 }
                 // Gone already: a destroy that landed before its answer was lost.
                 Err(e) if e.code() == tonic::Code::NotFound && retries > 0 => {
-                    return Ok(Outcome {
-                        ok: true,
-                        message: "gone (not found on retry)".into(),
-                        failures: Vec::new(),
-                        retries,
-                    });
+                    outcome(true, "gone (not found on retry)".into(), Vec::new())
                 }
-                Err(e) => last = format!("daemon-{r}: {:?} {}", e.code(), e.message()),
+                Err(e) => Attempt::Again(format!("daemon-{r}: {:?} {}", e.code(), e.message())),
             }
-        }
-        retries += 1;
-        tokio::time::sleep(RETRY).await;
-    }
-    Err(format!(
-        "destroy of {id} did not end within {STEP_BOUND:?} (last: {last})"
-    ))
+        },
+    )
+    .await
 }
 
 /// Environment `id` as replica `r` sees it (None: unreachable or unknown there).

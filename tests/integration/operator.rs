@@ -274,6 +274,19 @@ async fn wait_transition(fx: &Fixture, env: &str, id: &str) -> Res<Environment> 
     .await
 }
 
+/// Fails the test, naming the transition and the failing tasks, unless `env`'s last
+/// transition Succeeded.
+fn assert_succeeded(env: &Environment) {
+    let st = env.status.clone().unwrap_or_default();
+    assert_eq!(
+        st.transition.as_ref().map(|t| t.phase),
+        Some(TransitionPhase::Succeeded),
+        "{:?} {:?}",
+        st.transition,
+        st.failing_tasks
+    );
+}
+
 /// Asks `env` for `event` (transition `id`) and waits until it Succeeded; how long it took.
 async fn transition_succeeds(fx: &Fixture, env: &str, id: &str, event: Event) -> Res<Duration> {
     let t0 = Instant::now();
@@ -935,15 +948,7 @@ async fn a_restarted_operator_carries_on_a_fairmq_sequence_left_part_way() -> Re
     let op = start(&fx, None).await?;
     transition(&fx, "eq", "c1", Event::Configure).await?;
     let t0 = Instant::now();
-    let env = wait_transition(&fx, "eq", "c1").await?;
-    let st = env.status.unwrap_or_default();
-    assert_eq!(
-        st.transition.as_ref().map(|t| t.phase),
-        Some(TransitionPhase::Succeeded),
-        "{:?} {:?}",
-        st.transition,
-        st.failing_tasks
-    );
+    assert_succeeded(&wait_transition(&fx, "eq", "c1").await?);
     assert!(
         t0.elapsed() < Duration::from_secs(20),
         "took {:?}",

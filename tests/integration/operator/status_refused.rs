@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use envbridge::control::{ControlClient, TaskEndpoint};
-use envbridge::crd::{Task, TransitionPhase};
+use envbridge::crd::Task;
 use envbridge::plan::ControlMode;
 use envbridge::state::{Event, State};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -21,8 +21,8 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use super::{
-    Res, Sims, WAIT, deploy, destroy, finish, fixture, start, state_is, task_ref, transition,
-    wait_env, wait_transition,
+    Res, Sims, WAIT, assert_succeeded, deploy, destroy, finish, fixture, start, state_is, task_ref,
+    transition, wait_env, wait_transition,
 };
 
 fn admission(kind: &str) -> ApiResource {
@@ -148,15 +148,7 @@ async fn a_refused_status_write_is_written_again_and_the_step_is_not_sent_twice(
     assert_ne!(recorded.as_deref(), Some("c1"), "the refusal did not hold");
 
     remove_refusal(&fx.admin, &policy).await?;
-    let env = wait_transition(&fx, "sr", "c1").await?;
-    let st = env.status.unwrap_or_default();
-    assert_eq!(
-        st.transition.as_ref().map(|t| t.phase),
-        Some(TransitionPhase::Succeeded),
-        "{:?} {:?}",
-        st.transition,
-        st.failing_tasks
-    );
+    assert_succeeded(&wait_transition(&fx, "sr", "c1").await?);
     wait_env(&fx, "sr", "CONFIGURED", state_is(State::Configured)).await?;
     let (state, _) = ControlClient::default()
         .get_state(&ep, Duration::from_secs(5))
