@@ -57,19 +57,34 @@ pub fn aggregate(
     let total = tasks.len().max(expected);
     let ready = format!("{}/{}", counts.get(&desired).copied().unwrap_or(0), total);
 
+    // Failing: in ERROR, or failed the transition asked now (a task that answered its
+    // state again after being unreachable is out of ERROR, and still never took the step).
+    let failed_now = |t: &Task| {
+        let req = transition?;
+        t.status
+            .as_ref()
+            .and_then(|s| s.transition.as_ref())
+            .filter(|tr| tr.id == req.id && tr.phase == TransitionPhase::Failed)
+            .map(|tr| tr.message.clone())
+    };
     let mut failing_tasks: Vec<FailingTask> = all
         .iter()
-        .filter(|t| state_of(t) == State::Error)
-        .map(|t| FailingTask {
-            name: t.metadata.name.clone().unwrap_or_default(),
-            node: t.spec.task.node.clone(),
-            path: t.spec.task.path.clone(),
-            critical: t.spec.task.critical,
-            message: t
-                .status
-                .as_ref()
-                .and_then(|s| s.message.clone())
-                .unwrap_or_default(),
+        .filter_map(|t| {
+            let message = if state_of(t) == State::Error {
+                t.status
+                    .as_ref()
+                    .and_then(|s| s.message.clone())
+                    .unwrap_or_default()
+            } else {
+                failed_now(t)?
+            };
+            Some(FailingTask {
+                name: t.metadata.name.clone().unwrap_or_default(),
+                node: t.spec.task.node.clone(),
+                path: t.spec.task.path.clone(),
+                critical: t.spec.task.critical,
+                message,
+            })
         })
         .collect();
     failing_tasks.sort_by(|a, b| (!a.critical, &a.name).cmp(&(!b.critical, &b.name)));
@@ -422,5 +437,41 @@ mod tests {
         let a = agg(&tasks, 1, None, State::Standby);
         assert_eq!(a.state, State::Error);
         assert_eq!(a.failing_tasks[0].name, "h");
+    }
+
+    /// The fault run's seed 500 round 17: a task failed START unreachable, answered again
+    /// later in CONFIGURED (out of ERROR, the step never taken): it is still named failing
+    /// for that START, and the environment says ERROR, not the target.
+    #[test]
+    fn a_task_that_failed_the_transition_is_named_even_out_of_error() {
+        use TransitionPhase::*;
+        let req = TransitionRequest {
+            id: "s1".into(),
+            event: crate::state::Event::Start,
+            arguments: Default::default(),
+        };
+        let r = Some(State::Running);
+        let tasks = [
+            task("a", true, r, Some(("s1", Succeeded, ""))),
+            task(
+                "b",
+                true,
+                Some(State::Configured),
+                Some(("s1", Failed, "unreachable")),
+            ),
+        ];
+        let a = agg(&tasks, 2, Some(&req), State::Running);
+        assert_eq!(a.state, State::Error);
+        assert_eq!(a.failing_tasks.len(), 1);
+        assert_eq!(a.failing_tasks[0].name, "b");
+        assert_eq!(a.failing_tasks[0].message, "unreachable");
+        assert_eq!(a.transition.unwrap().phase, Failed);
+        // A failure of an earlier transition names nobody now.
+        let tasks = [
+            task("a", true, r, Some(("s1", Succeeded, ""))),
+            task("b", true, r, Some(("s0", Failed, "old"))),
+        ];
+        let a = agg(&tasks, 2, Some(&req), State::Running);
+        assert!(a.failing_tasks.is_empty());
     }
 }
