@@ -23,16 +23,17 @@ fn another_free_port(not: u16) -> u16 {
         .expect("a free port")
 }
 
-/// A daemon process for `ns` serving its own API and o2control on free loopback ports (with
-/// `extra` flags), the TaskTemplates installed: (port, o2control port, the process).
-async fn daemon(ns: &Setup, extra: &[&str]) -> (u16, u16, Child) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_tasks() {
+    let ns = Setup::shared("daemon-o2control").await;
+    let _sim = ns.sim(SimConfig::default());
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
     envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
         .await
         .expect("TaskTemplates");
     let port = fixture::free_port();
     let o2port = another_free_port(port);
-    let child = Child(
+    let _daemon = Child(
         std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
             .args(["daemon", "--namespace", &ns.name])
             .args(["--watch-namespace", &ns.name])
@@ -40,7 +41,6 @@ async fn daemon(ns: &Setup, extra: &[&str]) -> (u16, u16, Child) {
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--metrics-listen", "127.0.0.1:0"])
             .args(["--o2control-listen", &format!("127.0.0.1:{o2port}")])
-            .args(extra)
             .arg("--tasks-dir")
             .arg(root.join("control-workflows/tasks"))
             .arg("--workflows-dir")
@@ -53,14 +53,6 @@ async fn daemon(ns: &Setup, extra: &[&str]) -> (u16, u16, Child) {
             .spawn()
             .expect("spawn the daemon"),
     );
-    (port, o2port, child)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_tasks() {
-    let ns = Setup::shared("daemon-o2control").await;
-    let _sim = ns.sim(SimConfig::default());
-    let (port, o2port, _daemon) = daemon(&ns, &[]).await;
     let mut api = crate::support::wait_for("the daemon to listen", WAIT, || async move {
         pb::env_bridge_client::EnvBridgeClient::connect(format!("http://127.0.0.1:{port}"))
             .await
@@ -291,14 +283,35 @@ async fn an_o2control_client_runs_the_anchors_cycle_with_run_numbers() {
     use o2::control_environment_request::Optype;
     let ns = Setup::shared("daemon-o2control-cycle").await;
     let _sim = ns.sim(SimConfig::default());
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
+        .await
+        .expect("TaskTemplates");
+    let port = fixture::free_port();
+    let o2port = another_free_port(port);
     let run_numbers = format!("{}/run-numbers", ns.name);
-    let extra = [
-        "--o2control-role",
-        "operator",
-        "--o2control-run-numbers",
-        &run_numbers,
-    ];
-    let (_port, o2port, _daemon) = daemon(&ns, &extra).await;
+    let _daemon = Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+            .args(["daemon", "--namespace", &ns.name])
+            .args(["--watch-namespace", &ns.name])
+            .args(["--no-leader-election", "--insecure-no-auth"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-listen", "127.0.0.1:0"])
+            .args(["--o2control-listen", &format!("127.0.0.1:{o2port}")])
+            .args(["--o2control-role", "operator"])
+            .args(["--o2control-run-numbers", &run_numbers])
+            .arg("--tasks-dir")
+            .arg(root.join("control-workflows/tasks"))
+            .arg("--workflows-dir")
+            .arg(root.join("control-workflows/workflows"))
+            .arg("--defaults")
+            .arg(root.join("site/local.yaml"))
+            .env("KUBECONFIG", &ns.kubeconfig)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn the daemon"),
+    );
     let mut o2c = crate::support::wait_for("the o2control listener", WAIT, || async move {
         ControlClient::connect(format!("http://127.0.0.1:{o2port}"))
             .await
