@@ -17,7 +17,6 @@ pub mod leader;
 pub mod metrics;
 pub mod namespace;
 pub mod render;
-pub mod run_numbers;
 pub mod sweep;
 pub mod transition;
 pub mod validate;
