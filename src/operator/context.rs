@@ -15,7 +15,6 @@ use super::control_api::ControlClient;
 use super::pod::PodSettings;
 use crate::crd::{Task, TaskSet, TaskTemplate};
 
-/// Everything a reconcile reads: stores fed by watches (never a GET per reconcile).
 /// A transition's answer as this operator recorded it.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -24,6 +23,7 @@ pub struct Answer {
     pub written: bool,
 }
 
+/// Everything a reconcile reads: stores fed by watches (never a GET per reconcile).
 pub struct Ctx {
     pub client: Client,
     pub args: OperatorArgs,
