@@ -57,8 +57,10 @@ pub fn aggregate(
     let total = tasks.len().max(expected);
     let ready = format!("{}/{}", counts.get(&desired).copied().unwrap_or(0), total);
 
-    // Failing: in ERROR, or failed the transition asked now (a task that answered its
-    // state again after being unreachable is out of ERROR, and still never took the step).
+    // Failing: in ERROR; or, when the environment is split (MIXED), failed the transition
+    // asked now: a task that answered its state again after being unreachable is out of
+    // ERROR and still never took the step. A transition refused alike by every task (an
+    // event that does not apply) splits nothing and names nobody: the tasks are sound.
     let failed_now = |t: &Task| {
         let req = transition?;
         t.status
@@ -67,44 +69,48 @@ pub fn aggregate(
             .filter(|tr| tr.id == req.id && tr.phase == TransitionPhase::Failed)
             .map(|tr| tr.message.clone())
     };
+    let failing = |t: &Task, message: String| FailingTask {
+        name: t.metadata.name.clone().unwrap_or_default(),
+        node: t.spec.task.node.clone(),
+        path: t.spec.task.path.clone(),
+        critical: t.spec.task.critical,
+        message,
+    };
+    let in_error = |t: &Task| state_of(t) == State::Error;
     let mut failing_tasks: Vec<FailingTask> = all
         .iter()
-        .filter_map(|t| {
-            let message = if state_of(t) == State::Error {
-                t.status
-                    .as_ref()
-                    .and_then(|s| s.message.clone())
-                    .unwrap_or_default()
-            } else {
-                failed_now(t)?
-            };
-            Some(FailingTask {
-                name: t.metadata.name.clone().unwrap_or_default(),
-                node: t.spec.task.node.clone(),
-                path: t.spec.task.path.clone(),
-                critical: t.spec.task.critical,
-                message,
-            })
+        .filter(|t| in_error(t))
+        .map(|t| {
+            let m = t.status.as_ref().and_then(|s| s.message.clone());
+            failing(t, m.unwrap_or_default())
         })
         .collect();
+
+    // Non-critical tasks in ERROR are named, but do not decide the environment's state.
+    let mut deciding = tasks
+        .iter()
+        .map(|t| state_of(t))
+        .filter(|s| *s != State::Error)
+        .chain((missing > 0).then_some(State::Deploying));
+    let consistent = match deciding.next() {
+        None => desired,
+        Some(first) if deciding.all(|s| s == first) => first,
+        Some(_) => State::Mixed,
+    };
+    if consistent == State::Mixed {
+        failing_tasks.extend(
+            all.iter()
+                .filter(|t| !in_error(t))
+                .filter_map(|t| Some(failing(t, failed_now(t)?))),
+        );
+    }
     failing_tasks.sort_by(|a, b| (!a.critical, &a.name).cmp(&(!b.critical, &b.name)));
     let failing_count = failing_tasks.len();
     let failing_critical = failing_tasks.iter().filter(|f| f.critical).count();
-
     let state = if failing_critical > 0 {
         State::Error
     } else {
-        // Non-critical tasks in ERROR are named, but do not decide the environment's state.
-        let mut deciding = tasks
-            .iter()
-            .map(|t| state_of(t))
-            .filter(|s| *s != State::Error)
-            .chain((missing > 0).then_some(State::Deploying));
-        match deciding.next() {
-            None => desired,
-            Some(first) if deciding.all(|s| s == first) => first,
-            Some(_) => State::Mixed,
-        }
+        consistent
     };
 
     let transition = transition.map(|req| transition_status(req, tasks, missing));
@@ -473,5 +479,16 @@ mod tests {
         ];
         let a = agg(&tasks, 2, Some(&req), State::Running);
         assert!(a.failing_tasks.is_empty());
+        // An event every task refused alike (it does not apply) names nobody and leaves
+        // the environment where it is.
+        let c = Some(State::Configured);
+        let tasks = [
+            task("a", true, c, Some(("s1", Failed, "does not apply"))),
+            task("b", true, c, Some(("s1", Failed, "does not apply"))),
+        ];
+        let a = agg(&tasks, 2, Some(&req), State::Running);
+        assert_eq!(a.state, State::Configured);
+        assert!(a.failing_tasks.is_empty());
+        assert_eq!(a.transition.unwrap().phase, Failed);
     }
 }
