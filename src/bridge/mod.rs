@@ -17,6 +17,7 @@ pub mod leader;
 pub mod metrics;
 pub mod namespace;
 pub mod render;
+pub mod run_numbers;
 pub mod sweep;
 pub mod transition;
 pub mod validate;

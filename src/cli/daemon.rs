@@ -64,6 +64,12 @@ pub struct DaemonArgs {
     #[arg(long, env = "ENVBRIDGE_O2CONTROL_ROLE", value_name = "ROLE", value_parser = o2control_role)]
     #[serde(deserialize_with = "daemon_file::o2control_role")]
     pub o2control_role: Option<Role>,
+    /// Where o2control's START_ACTIVITY takes its run numbers: a ConfigMap NAMESPACE/NAME
+    /// holding the last number given (created at the first START; never reused, across
+    /// restarts too). Default envbridge-system/envbridge-run-numbers.
+    #[arg(long, env = "ENVBRIDGE_O2CONTROL_RUN_NUMBERS", value_name = "NAMESPACE/NAME", value_parser = namespaced_name)]
+    #[serde(deserialize_with = "daemon_file::o2control_run_numbers")]
+    pub o2control_run_numbers: Option<(String, String)>,
     /// Put every environment in this namespace.
     #[arg(
         long,
@@ -371,8 +377,17 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
     s.tls_cert = a.tls_cert;
     s.tls_key = a.tls_key;
     s.o2control = match (a.o2control_listen, a.o2control_role) {
-        (Some(addr), role) => Some(O2ControlConfig::new(addr, role.unwrap_or(Role::Viewer))),
+        (Some(addr), role) => {
+            let mut o = O2ControlConfig::new(addr, role.unwrap_or(Role::Viewer));
+            if let Some(at) = a.o2control_run_numbers {
+                o.run_numbers = at;
+            }
+            Some(o)
+        }
         (None, Some(_)) => return Err("o2control-role needs o2control-listen".into()),
+        (None, None) if a.o2control_run_numbers.is_some() => {
+            return Err("o2control-run-numbers needs o2control-listen".into());
+        }
         (None, None) => None,
     };
     s.check().map_err(|e| e.to_string())?;

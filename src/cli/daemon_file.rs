@@ -63,6 +63,7 @@ impl DaemonArgs {
             tls_key,
             o2control_listen,
             o2control_role,
+            o2control_run_numbers,
             namespace,
             namespace_prefix,
             watch_namespace,
@@ -137,6 +138,13 @@ pub fn o2control_role<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<envbridge::server::auth::Role>, D::Error> {
     by_flag_parser(d, "o2control-role", role)
+}
+
+/// `o2control-run-numbers: NAMESPACE/NAME`.
+pub fn o2control_run_numbers<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<(String, String)>, D::Error> {
+    by_flag_parser(d, "o2control-run-numbers", namespaced_name)
 }
 
 /// `config-map: NAMESPACE/NAME`.

@@ -31,7 +31,7 @@ fn secs(s: u32) -> Option<Duration> {
 }
 
 /// Audits a write: `outcome` is `ok...` or the error.
-async fn audit<T>(
+pub(super) async fn audit<T>(
     bridge: &Bridge,
     caller: &Caller,
     action: &str,

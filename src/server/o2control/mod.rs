@@ -12,6 +12,7 @@ pub mod info;
 pub mod pb;
 mod service;
 pub mod state_map;
+mod writes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +34,8 @@ pub struct O2ControlConfig {
     pub role: Role,
     /// What GetFrameworkInfo calls this instance.
     pub instance_name: String,
+    /// The ConfigMap (namespace, name) START_ACTIVITY's run numbers come from.
+    pub run_numbers: (String, String),
 }
 
 impl O2ControlConfig {
@@ -41,6 +44,10 @@ impl O2ControlConfig {
             addr,
             role,
             instance_name: default_instance_name(),
+            run_numbers: (
+                "envbridge-system".to_string(),
+                crate::bridge::run_numbers::DEFAULT_NAME.to_string(),
+            ),
         }
     }
 
@@ -90,13 +97,10 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| ServerError::Reflection(e.to_string()))?;
-    let control = pb::o2control::control_server::ControlServer::new(service::Control::new(
-        bridge,
-        cfg.role,
-        cfg.instance_name.clone(),
-    ))
-    .max_decoding_message_size(super::MAX_MESSAGE)
-    .max_encoding_message_size(64 * super::MAX_MESSAGE);
+    let control =
+        pb::o2control::control_server::ControlServer::new(service::Control::new(bridge, cfg))
+            .max_decoding_message_size(super::MAX_MESSAGE)
+            .max_encoding_message_size(64 * super::MAX_MESSAGE);
     let router = Server::builder()
         .concurrency_limit_per_connection(64)
         .max_concurrent_streams(Some(256))

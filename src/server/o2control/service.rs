@@ -19,24 +19,27 @@ use crate::server::auth::Role;
 use crate::server::convert::{self, millis};
 
 pub struct Control {
-    bridge: Arc<Bridge>,
-    role: Role,
+    pub(super) bridge: Arc<Bridge>,
+    pub(super) role: Role,
+    /// The ConfigMap (namespace, name) START_ACTIVITY's run numbers come from.
+    pub(super) run_numbers: (String, String),
     instance_name: String,
     /// This listener's framework id (the anchor's is its scheduler's): new at every start.
     framework_id: String,
 }
 
 impl Control {
-    pub fn new(bridge: Arc<Bridge>, role: Role, instance_name: String) -> Self {
+    pub fn new(bridge: Arc<Bridge>, cfg: &super::O2ControlConfig) -> Self {
         Control {
             bridge,
-            role,
-            instance_name,
+            role: cfg.role,
+            run_numbers: cfg.run_numbers.clone(),
+            instance_name: cfg.instance_name.clone(),
             framework_id: format!("envbridge-{}", uuid::Uuid::new_v4()),
         }
     }
 
-    fn allow(&self, need: Role, rpc: &str) -> Result<(), Status> {
+    pub(super) fn allow(&self, need: Role, rpc: &str) -> Result<(), Status> {
         caller::require(self.role, need, rpc)
     }
 
@@ -166,6 +169,36 @@ control_impl! {
             }))
         }
 
+        async fn new_environment(
+            &self,
+            req: Request<pb::NewEnvironmentRequest>,
+        ) -> Result<Response<pb::NewEnvironmentReply>, Status> {
+            let r = self.create(req.into_inner(), true, "NewEnvironment").await?;
+            Ok(Response::new(r))
+        }
+
+        async fn new_environment_async(
+            &self,
+            req: Request<pb::NewEnvironmentRequest>,
+        ) -> Result<Response<pb::NewEnvironmentReply>, Status> {
+            let r = self.create(req.into_inner(), false, "NewEnvironmentAsync").await?;
+            Ok(Response::new(r))
+        }
+
+        async fn control_environment(
+            &self,
+            req: Request<pb::ControlEnvironmentRequest>,
+        ) -> Result<Response<pb::ControlEnvironmentReply>, Status> {
+            Ok(Response::new(self.control(req.into_inner()).await?))
+        }
+
+        async fn destroy_environment(
+            &self,
+            req: Request<pb::DestroyEnvironmentRequest>,
+        ) -> Result<Response<pb::DestroyEnvironmentReply>, Status> {
+            Ok(Response::new(self.destroy(req.into_inner()).await?))
+        }
+
         type SubscribeStream = EventStream;
 
         async fn subscribe(
@@ -180,12 +213,8 @@ control_impl! {
         get_integrated_services(pb::Empty) -> pb::ListIntegratedServicesReply = "GetIntegratedServices";
         get_active_detectors(pb::Empty) -> pb::GetActiveDetectorsReply = "GetActiveDetectors";
         get_available_detectors(pb::Empty) -> pb::GetAvailableDetectorsReply = "GetAvailableDetectors";
-        new_environment(pb::NewEnvironmentRequest) -> pb::NewEnvironmentReply = "NewEnvironment";
-        new_environment_async(pb::NewEnvironmentRequest) -> pb::NewEnvironmentReply = "NewEnvironmentAsync";
         new_auto_environment(pb::NewAutoEnvironmentRequest) -> pb::NewAutoEnvironmentReply = "NewAutoEnvironment";
-        control_environment(pb::ControlEnvironmentRequest) -> pb::ControlEnvironmentReply = "ControlEnvironment";
         modify_environment(pb::ModifyEnvironmentRequest) -> pb::ModifyEnvironmentReply = "ModifyEnvironment";
-        destroy_environment(pb::DestroyEnvironmentRequest) -> pb::DestroyEnvironmentReply = "DestroyEnvironment";
         get_task(pb::GetTaskRequest) -> pb::GetTaskReply = "GetTask";
         cleanup_tasks(pb::CleanupTasksRequest) -> pb::CleanupTasksReply = "CleanupTasks";
         get_roles(pb::GetRolesRequest) -> pb::GetRolesReply = "GetRoles";

@@ -23,17 +23,16 @@ fn another_free_port(not: u16) -> u16 {
         .expect("a free port")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_tasks() {
-    let ns = Setup::shared("daemon-o2control").await;
-    let _sim = ns.sim(SimConfig::default());
+/// A daemon process for `ns` serving its own API and o2control on free loopback ports (with
+/// `extra` flags), the TaskTemplates installed: (port, o2control port, the process).
+async fn daemon(ns: &Setup, extra: &[&str]) -> (u16, u16, Child) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
     envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
         .await
         .expect("TaskTemplates");
     let port = fixture::free_port();
     let o2port = another_free_port(port);
-    let _daemon = Child(
+    let child = Child(
         std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
             .args(["daemon", "--namespace", &ns.name])
             .args(["--watch-namespace", &ns.name])
@@ -41,6 +40,7 @@ async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_task
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--metrics-listen", "127.0.0.1:0"])
             .args(["--o2control-listen", &format!("127.0.0.1:{o2port}")])
+            .args(extra)
             .arg("--tasks-dir")
             .arg(root.join("control-workflows/tasks"))
             .arg("--workflows-dir")
@@ -53,6 +53,14 @@ async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_task
             .spawn()
             .expect("spawn the daemon"),
     );
+    (port, o2port, child)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_tasks() {
+    let ns = Setup::shared("daemon-o2control").await;
+    let _sim = ns.sim(SimConfig::default());
+    let (port, o2port, _daemon) = daemon(&ns, &[]).await;
     let mut api = crate::support::wait_for("the daemon to listen", WAIT, || async move {
         pb::env_bridge_client::EnvBridgeClient::connect(format!("http://127.0.0.1:{port}"))
             .await
@@ -178,7 +186,7 @@ async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_task
         "GetTasks and GetEnvironments list the same tasks"
     );
 
-    // Not served yet: UNIMPLEMENTED, naming the method.
+    // A viewer-role listener (the default) refuses what changes something, naming roles.
     let e = o2c
         .control_environment(o2::ControlEnvironmentRequest {
             id: created.id.clone(),
@@ -186,13 +194,20 @@ async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_task
             request_user: None,
         })
         .await
-        .expect_err("not served yet");
-    assert_eq!(e.code(), tonic::Code::Unimplemented);
+        .expect_err("a viewer may not control");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
     assert!(
-        e.message().contains("ControlEnvironment"),
+        e.message().contains("ControlEnvironment") && e.message().contains("operator role"),
         "{}",
         e.message()
     );
+    // Not served yet: UNIMPLEMENTED, naming the method.
+    let e = o2c
+        .get_roles(o2::GetRolesRequest::default())
+        .await
+        .expect_err("not served yet");
+    assert_eq!(e.code(), tonic::Code::Unimplemented);
+    assert!(e.message().contains("GetRoles"), "{}", e.message());
 
     // gRPC health on the same listener.
     let mut health = tonic_health::pb::health_client::HealthClient::new(
@@ -265,4 +280,156 @@ async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_task
 
     let gone = fixture::destroy(&mut api, &created.id, 60).await;
     assert!(gone.gone, "{}", gone.message);
+}
+
+/// The anchor's cycle through o2control alone: NewEnvironment answers CONFIGURED with its
+/// tasks; START_ACTIVITY takes a run number from the cluster's counter, the next START a
+/// larger one; STOP_ACTIVITY, RESET (-> DEPLOYED), DestroyEnvironment. A variable that is not
+/// public is refused, naming it, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_o2control_client_runs_the_anchors_cycle_with_run_numbers() {
+    use o2::control_environment_request::Optype;
+    let ns = Setup::shared("daemon-o2control-cycle").await;
+    let _sim = ns.sim(SimConfig::default());
+    let run_numbers = format!("{}/run-numbers", ns.name);
+    let extra = [
+        "--o2control-role",
+        "operator",
+        "--o2control-run-numbers",
+        &run_numbers,
+    ];
+    let (_port, o2port, _daemon) = daemon(&ns, &extra).await;
+    let mut o2c = crate::support::wait_for("the o2control listener", WAIT, || async move {
+        ControlClient::connect(format!("http://127.0.0.1:{o2port}"))
+            .await
+            .ok()
+    })
+    .await;
+    let user = Some(envbridge::server::o2control::pb::common::User {
+        name: "shifter".into(),
+        ..Default::default()
+    });
+    let hosts = r#"["flp001","flp002"]"#.to_string();
+
+    // Not public: refused, naming the variable; no environment written.
+    let e = o2c
+        .new_environment(o2::NewEnvironmentRequest {
+            workflow_template: "envbridge/workflows/readout-dataflow@main".into(),
+            vars: [
+                ("hosts".to_string(), hosts.clone()),
+                ("not_a_public_variable".to_string(), "1".to_string()),
+            ]
+            .into(),
+            request_user: user.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a variable that is not public");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("not_a_public_variable"),
+        "{}",
+        e.message()
+    );
+    let listed = o2c
+        .get_environments(o2::GetEnvironmentsRequest::default())
+        .await
+        .expect("GetEnvironments")
+        .into_inner();
+    assert!(listed.environments.is_empty(), "{:?}", listed.environments);
+
+    let created = o2c
+        .new_environment(o2::NewEnvironmentRequest {
+            workflow_template: "envbridge/workflows/readout-dataflow@main".into(),
+            vars: [("hosts".to_string(), hosts.clone())].into(),
+            request_user: user.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("NewEnvironment")
+        .into_inner()
+        .environment
+        .expect("the environment");
+    assert_eq!(created.state, "CONFIGURED", "{created:?}");
+    assert_eq!(created.root_role, "readout-dataflow");
+    assert!(!created.tasks.is_empty());
+    assert_eq!(created.tasks.len() as i32, created.number_of_tasks);
+    for t in &created.tasks {
+        assert_eq!(t.state, "CONFIGURED", "{t:?}");
+    }
+    let id = created.id.clone();
+    let control = |t: Optype| o2::ControlEnvironmentRequest {
+        id: id.clone(),
+        r#type: t as i32,
+        request_user: user.clone(),
+    };
+
+    let started = o2c
+        .control_environment(control(Optype::StartActivity))
+        .await
+        .expect("START_ACTIVITY")
+        .into_inner();
+    assert_eq!(started.state, "RUNNING");
+    assert!(started.current_run_number > 0, "{started:?}");
+    assert!(started.end_of_transition >= started.start_of_transition);
+    let stopped = o2c
+        .control_environment(control(Optype::StopActivity))
+        .await
+        .expect("STOP_ACTIVITY")
+        .into_inner();
+    assert_eq!(stopped.state, "CONFIGURED");
+    let again = o2c
+        .control_environment(control(Optype::StartActivity))
+        .await
+        .expect("START_ACTIVITY again")
+        .into_inner();
+    assert!(
+        again.current_run_number > started.current_run_number,
+        "run {} after run {}",
+        again.current_run_number,
+        started.current_run_number
+    );
+    o2c.control_environment(control(Optype::StopActivity))
+        .await
+        .expect("STOP_ACTIVITY again");
+    let reset = o2c
+        .control_environment(control(Optype::Reset))
+        .await
+        .expect("RESET")
+        .into_inner();
+    assert_eq!(reset.state, "DEPLOYED");
+    // The counter lives in the cluster: the last number given.
+    let cm: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(ns.client.clone(), &ns.name);
+    let last = cm
+        .get("run-numbers")
+        .await
+        .expect("the run numbers ConfigMap");
+    assert_eq!(
+        last.data
+            .unwrap_or_default()
+            .get("last")
+            .map(String::as_str),
+        Some(again.current_run_number.to_string().as_str())
+    );
+
+    let destroyed = o2c
+        .destroy_environment(o2::DestroyEnvironmentRequest {
+            id: id.clone(),
+            request_user: user.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("DestroyEnvironment")
+        .into_inner();
+    let killed = destroyed.cleanup_tasks_reply.expect("cleanup").killed_tasks;
+    assert_eq!(killed.len(), created.tasks.len());
+    let missing = o2c
+        .get_environment(o2::GetEnvironmentRequest {
+            id,
+            show_workflow_tree: false,
+        })
+        .await
+        .expect_err("gone");
+    assert_eq!(missing.code(), tonic::Code::NotFound);
 }
