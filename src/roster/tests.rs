@@ -219,6 +219,37 @@ fn only_the_status_of_this_transition_ends_its_wait() {
     );
 }
 
+/// The Environment status can arrive before the Task records (separate watches): a wait
+/// ends only once every task record shows the target, ERROR, or the transition acted on.
+#[test]
+fn a_wait_ends_only_once_the_task_records_have_caught_up() {
+    let r = Roster::new();
+    let mut e = observed(env(2), "t1", Phase::Succeeded, "");
+    e.counts = BTreeMap::from([(State::Configured, 2)]);
+    r.apply_env(e);
+    r.apply_task(task(&r, "t1", "flp001", State::Configured));
+    r.apply_task(task(&r, "t2", "flp001", State::Standby));
+    let mut hook = task(&r, "h", "flp001", State::Standby);
+    hook.control_port = 0;
+    r.apply_task(hook);
+    assert!(r.evaluate(&env_key(), "t1", State::Configured).is_err());
+    // A record that acted on this transition counts whatever its state says.
+    let mut t2 = task(&r, "t2", "flp001", State::Standby);
+    t2.transition = Some((r.intern("t1"), Phase::Failed));
+    r.apply_task(t2);
+    assert!(matches!(
+        r.evaluate(&env_key(), "t1", State::Configured),
+        Ok(Outcome::Reached { tasks: 2, .. })
+    ));
+    // The same for a deployment's state, without a transition.
+    let mut s = env(2);
+    s.state = Some(State::Standby);
+    r.apply_env(s);
+    assert!(r.evaluate_state(&env_key(), State::Standby).is_err());
+    r.apply_task(task(&r, "t1", "flp001", State::Standby));
+    assert!(r.evaluate_state(&env_key(), State::Standby).is_ok());
+}
+
 #[test]
 fn a_failed_transition_names_its_critical_tasks_and_warns_of_the_rest() {
     let r = Roster::new();

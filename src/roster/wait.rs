@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use tokio::time::Instant;
 
-use super::{EnvKey, EnvRecord, Failure, Phase, Roster};
+use super::{EnvKey, EnvRecord, Failure, Phase, Roster, TaskRecord};
 use crate::state::State;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,7 +101,9 @@ impl Roster {
             return Err(Progress::default());
         };
         match rec.observed.as_ref().filter(|o| &*o.id == id) {
-            Some(o) if o.phase == Phase::Succeeded => Ok(reached(&rec)),
+            Some(o) if o.phase == Phase::Succeeded && self.caught_up(env, Some(id), target) => {
+                Ok(reached(&rec))
+            }
             Some(o) if o.phase == Phase::Failed => Ok(failed(&rec, o.message.as_deref())),
             _ => Err(progress(&rec, target)),
         }
@@ -115,10 +117,33 @@ impl Roster {
             return Err(Progress::default());
         };
         match rec.state {
-            Some(s) if s == target => Ok(reached(&rec)),
+            Some(s) if s == target && self.caught_up(env, None, target) => Ok(reached(&rec)),
             Some(State::Error) => Ok(failed(&rec, None)),
             _ => Err(progress(&rec, target)),
         }
+    }
+
+    /// Whether the roster's task records have caught up with an environment status that
+    /// says `target` was reached: the Task and Environment watches are separate streams, and
+    /// a caller reading tasks right after its wait must see them there. Every task with a
+    /// control port is in `target` or ERROR, or has acted on transition `id`; tasks without
+    /// one (hooks) decide nothing.
+    fn caught_up(&self, env: &EnvKey, id: Option<&str>, target: State) -> bool {
+        self.with_tasks(env, |tasks| {
+            let acted = |t: &TaskRecord| {
+                id.is_some_and(|id| t.transition.as_ref().is_some_and(|(i, _)| &**i == id))
+            };
+            for t in tasks {
+                if !(t.control_port == 0
+                    || t.state == target
+                    || t.state == State::Error
+                    || acted(t))
+                {
+                    return false;
+                }
+            }
+            true
+        })
     }
 
     /// Re-evaluates `eval` on every roster change until it is `Ok` or `deadline` passes
