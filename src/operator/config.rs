@@ -66,7 +66,9 @@ pub struct OperatorArgs {
     /// Keep pods whose process ended (failed or done) for debugging, instead of deleting them.
     #[arg(long, env = "ENVBRIDGE_KEEP_PODS")]
     pub keep_pods: bool,
-    /// Debounce of environment status updates, milliseconds.
+    /// While an Environment's tasks are still answering, its status (counts, ready) is
+    /// written at most once per this many milliseconds; an outcome (a new state, a
+    /// transition's end) is written at once.
     #[arg(long, env = "ENVBRIDGE_STATUS_DEBOUNCE_MS", default_value_t = 250)]
     pub status_debounce_ms: u64,
     /// Where `/metrics`, `/healthz` and `/readyz` listen (loopback by default; in a cluster

@@ -43,6 +43,9 @@ pub struct Ctx {
     /// landed (read while the store lags behind that write, or instead of sending the step
     /// again after the write failed; see `task_controller::answered`).
     pub answered: DashMap<String, Answer>,
+    /// Environment uid -> when this operator last wrote its status (progress is coalesced to
+    /// one write a window; see `status_pace`).
+    pub status_written: DashMap<String, std::time::Instant>,
     /// TaskSet uid -> (resourceVersion, content hash): TaskSets are immutable, hash each once.
     pub set_hashes: DashMap<String, (String, String)>,
     /// (what, task uid) -> when this operator created (or deleted) the task's Pod or

@@ -22,7 +22,7 @@ use super::task_sets::{
     ENV_FINALIZER, SetProblem, TaskWrites, build_task, collect_tasks, task_writes,
 };
 use super::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
-use super::{calls, hooks};
+use super::{calls, hooks, status_pace};
 use crate::crd::{
     Environment, EnvironmentStatus, Task, TaskSet, TransitionPhase, TransitionRequest,
     TransitionStatus, labels,
@@ -177,8 +177,17 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
     }
 
     summarize(ctx, &env, &refs, &own(), has_hooks, &mut status);
+    let since_last = ctx.status_written.get(&env_uid).map(|t| t.elapsed());
+    let window = Duration::from_millis(ctx.args.status_debounce_ms);
+    if let Some(wait) = status_pace::hold(&old, &status, since_last, window) {
+        return Ok(Action::requeue(wait));
+    }
     publish_changes(ctx, &env, &old, &status).await;
-    write_status(ctx, api, &env, &old, status).await?;
+    if status != old {
+        write_status(ctx, api, &env, &old, status).await?;
+        ctx.status_written
+            .insert(env_uid.clone(), std::time::Instant::now());
+    }
     // A call in flight ends without any watch event: look again soon.
     if let Some(req) = &env.spec.transition
         && ctx.calls.any_running(&env_uid, &req.id)
@@ -784,6 +793,7 @@ async fn finalize(env: &Environment, ctx: &Ctx) -> Result<Action> {
         });
     }
     ctx.calls.forget(&uid);
+    ctx.status_written.remove(&uid);
     info!(env = %name, namespace = %ns, "environment cleaned up");
     Ok(Action::await_change())
 }

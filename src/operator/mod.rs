@@ -27,6 +27,7 @@ pub mod pod_story;
 pub mod requests;
 pub mod runtime;
 pub mod service;
+pub mod status_pace;
 pub mod task_controller;
 pub mod task_index;
 pub mod task_sets;

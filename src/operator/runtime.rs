@@ -221,15 +221,16 @@ pub async fn run_controllers(
         task_sets,
         verified: DashSet::new(),
         answered: DashMap::new(),
+        status_written: DashMap::new(),
         set_hashes: DashMap::new(),
         requested: DashMap::new(),
     });
     let _sampled = metrics.attach(sampler(&ctx));
 
     let task_cfg = controller::Config::default().concurrency(args.task_concurrency);
-    let env_cfg = controller::Config::default()
-        .concurrency(args.env_concurrency)
-        .debounce(Duration::from_millis(args.status_debounce_ms));
+    // No debounce: a Task's answer reaches its Environment's reconcile at once; progress
+    // writes are coalesced there instead (`status_pace`), never the outcome.
+    let env_cfg = controller::Config::default().concurrency(args.env_concurrency);
 
     // One Task watch serves both controllers: each Task event also asks for a reconcile of
     // its Environment (instead of a second watch of every Task).
