@@ -15,11 +15,12 @@ use super::sim::SimConfig;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// A free loopback port other than `not`.
+/// A free port other than `not`, from a random start like [`fixture::free_port`]: tests run
+/// in parallel, and a scan from a fixed start gave two daemons the same port (the second one
+/// then failed to bind and its client spoke to the first).
 fn another_free_port(not: u16) -> u16 {
-    (20000..30000)
-        .filter(|p| *p != not)
-        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+    std::iter::repeat_with(fixture::free_port)
+        .find(|p| *p != not)
         .expect("a free port")
 }
 
@@ -325,7 +326,7 @@ async fn an_o2control_client_runs_the_anchors_cycle_with_run_numbers() {
         })
         .await
         .expect_err("a variable that is not public");
-    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{}", e.message());
     assert!(
         e.message().contains("not_a_public_variable"),
         "{}",
