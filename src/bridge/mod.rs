@@ -19,6 +19,7 @@ pub mod namespace;
 pub mod render;
 pub mod run_numbers;
 pub mod sweep;
+pub mod templates;
 pub mod transition;
 pub mod validate;
 pub mod watch;

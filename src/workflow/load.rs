@@ -174,9 +174,17 @@ pub fn workflow_from_node(node: &Node) -> Result<Workflow> {
         ));
     }
     let root = role(node, 0)?;
+    let public_tag = |n: &Node| n.tag.as_deref() == Some("public");
+    let description = node
+        .get("description")
+        .filter(|d| public_tag(d))
+        .and_then(|d| d.as_str())
+        .map(str::to_string);
     Ok(Workflow {
         file: node.loc.file.clone(),
         root,
+        public: node.get("name").is_some_and(public_tag),
+        description,
     })
 }
 

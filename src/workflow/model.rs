@@ -163,4 +163,9 @@ pub struct Role {
 pub struct Workflow {
     pub file: Arc<str>,
     pub root: Role,
+    /// Its `name` is tagged `!public`: offered to run-control clients (as the anchor lists
+    /// only such templates unless asked for all).
+    pub public: bool,
+    /// Its `description`, when tagged `!public` (the only one the anchor shows).
+    pub description: Option<String>,
 }

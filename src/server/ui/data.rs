@@ -12,9 +12,6 @@ use serde::{Deserialize, Serialize};
 use super::{Ui, UiError, live, slots};
 use crate::crd::Task;
 
-/// At most this many workflows in the form's list.
-const MAX_WORKFLOWS: usize = 200;
-
 #[derive(Deserialize)]
 pub struct EventsQuery {
     env: Option<String>,
@@ -74,57 +71,28 @@ pub struct VarForm {
 /// The workflows of the workflows directory, each with its public variables.
 pub async fn workflows(State(ui): State<Arc<Ui>>, headers: HeaderMap) -> Result<Response, UiError> {
     ui.caller(&headers)?;
-    let dir = ui.bridge.cfg.workflows_dir.clone();
     let cfg = ui.bridge.cfg.clone();
-    let list = tokio::task::spawn_blocking(move || {
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
-            .map_err(|e| UiError::Workflows(format!("{}: {e}", dir.display())))?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(".yaml"))
-                    .map(str::to_string)
-            })
-            .filter(|n| !n.starts_with('.'))
-            .collect();
-        names.sort();
-        names.truncate(MAX_WORKFLOWS);
-        Ok::<_, UiError>(
-            names
-                .into_iter()
-                .map(|name| form_of(&cfg, name))
-                .collect::<Vec<_>>(),
-        )
-    })
-    .await
-    .map_err(|e| UiError::Workflows(e.to_string()))??;
-    Ok(Json(list).into_response())
+    let list = tokio::task::spawn_blocking(move || crate::bridge::templates::list(&cfg))
+        .await
+        .map_err(|e| UiError::Workflows(e.to_string()))?
+        .map_err(|e| UiError::Workflows(e.to_string()))?;
+    Ok(Json(list.into_iter().map(form_of).collect::<Vec<_>>()).into_response())
 }
 
-fn form_of(cfg: &crate::bridge::BridgeConfig, name: String) -> WorkflowForm {
-    let loaded = crate::bridge::render::workflow_file(cfg, &name)
-        .map_err(|e| e.to_string())
-        .and_then(|p| crate::workflow::load::load_workflow(&p).map_err(|e| e.to_string()));
-    match loaded {
-        Ok(wf) => WorkflowForm {
-            name,
-            error: None,
-            vars: crate::workflow::public::declared(&wf)
-                .into_iter()
-                .filter(|d| d.meta.public)
-                .map(|d| VarForm {
-                    name: d.name.to_string(),
-                    default: d.default,
-                    fields: d.meta.fields,
-                })
-                .collect(),
-        },
-        Err(e) => WorkflowForm {
-            name,
-            error: Some(e),
-            vars: Vec::new(),
-        },
+fn form_of(t: crate::bridge::templates::TemplateInfo) -> WorkflowForm {
+    WorkflowForm {
+        name: t.name,
+        error: t.error,
+        vars: t
+            .vars
+            .into_iter()
+            .filter(|d| d.meta.public)
+            .map(|d| VarForm {
+                name: d.name.to_string(),
+                default: d.default,
+                fields: d.meta.fields,
+            })
+            .collect(),
     }
 }
 
