@@ -28,6 +28,18 @@ pub fn short_task(t: &TaskRecord) -> pb::ShortTaskInfo {
     }
 }
 
+/// One task in full as far as the roster knows it: its short info, its path in the workflow
+/// tree and its environment's id. Channels, command and properties live on the Task object,
+/// not in the roster, and stay empty.
+pub fn task(t: &TaskRecord, env: &EnvRecord) -> pb::TaskInfo {
+    pb::TaskInfo {
+        short_info: Some(short_task(t)),
+        task_path: t.path.to_string(),
+        env_id: env.id.to_string(),
+        ..Default::default()
+    }
+}
+
 /// The transition under way: requested in the spec and not yet settled by the status.
 fn current_transition(e: &EnvRecord) -> String {
     let Some((id, ev)) = &e.requested else {

@@ -5,13 +5,15 @@
 //!
 //! - `pb`: the generated code; `service`: the tonic service; `info`: roster records as the
 //!   anchor's messages; `state_map`: envbridge's states in the anchor's words; `caller`: who
-//!   is calling (one configured role, `requestUser` as a claim).
+//!   is calling (one configured role, `requestUser` as a claim); `templates`: the workflows
+//!   directory as the anchor's one repository; `writes`: the methods that change environments.
 
 pub mod caller;
 pub mod info;
 pub mod pb;
 mod service;
 pub mod state_map;
+mod templates;
 mod writes;
 
 use std::net::SocketAddr;

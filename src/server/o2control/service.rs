@@ -14,6 +14,7 @@ use super::caller;
 use super::info;
 use super::pb::events;
 use super::pb::o2control as pb;
+use super::templates;
 use crate::bridge::Bridge;
 use crate::server::auth::Role;
 use crate::server::convert::{self, millis};
@@ -169,6 +170,26 @@ control_impl! {
             }))
         }
 
+        async fn get_task(
+            &self,
+            req: Request<pb::GetTaskRequest>,
+        ) -> Result<Response<pb::GetTaskReply>, Status> {
+            self.allow(Role::Viewer, "GetTask")?;
+            let id = req.into_inner().task_id;
+            let r = &self.bridge.roster;
+            let found = r
+                .envs()
+                .into_iter()
+                .find_map(|e| r.task(&e.key, &id).map(|t| info::task(&t, &e)));
+            match found {
+                Some(task) => Ok(Response::new(pb::GetTaskReply {
+                    task: Some(task),
+                    timestamp: now(),
+                })),
+                None => Err(Status::not_found(format!("GetTask: no task {id:?}"))),
+            }
+        }
+
         async fn new_environment(
             &self,
             req: Request<pb::NewEnvironmentRequest>,
@@ -199,6 +220,32 @@ control_impl! {
             Ok(Response::new(self.destroy(req.into_inner()).await?))
         }
 
+        async fn get_workflow_templates(
+            &self,
+            req: Request<pb::GetWorkflowTemplatesRequest>,
+        ) -> Result<Response<pb::GetWorkflowTemplatesReply>, Status> {
+            self.allow(Role::Viewer, "GetWorkflowTemplates")?;
+            let cfg = self.bridge.cfg.clone();
+            let all = tokio::task::spawn_blocking(move || crate::bridge::templates::list(&cfg))
+                .await
+                .map_err(|e| Status::internal(format!("GetWorkflowTemplates: {e}")))?
+                .map_err(|e| Status::internal(e.to_string()))?;
+            Ok(Response::new(pb::GetWorkflowTemplatesReply {
+                workflow_templates: templates::reply(req.get_ref(), all),
+                timestamp: now(),
+            }))
+        }
+
+        async fn list_repos(
+            &self,
+            req: Request<pb::ListReposRequest>,
+        ) -> Result<Response<pb::ListReposReply>, Status> {
+            self.allow(Role::Viewer, "ListRepos")?;
+            let mut r = templates::repos(req.get_ref());
+            r.timestamp = now();
+            Ok(Response::new(r))
+        }
+
         type SubscribeStream = EventStream;
 
         async fn subscribe(
@@ -215,11 +262,8 @@ control_impl! {
         get_available_detectors(pb::Empty) -> pb::GetAvailableDetectorsReply = "GetAvailableDetectors";
         new_auto_environment(pb::NewAutoEnvironmentRequest) -> pb::NewAutoEnvironmentReply = "NewAutoEnvironment";
         modify_environment(pb::ModifyEnvironmentRequest) -> pb::ModifyEnvironmentReply = "ModifyEnvironment";
-        get_task(pb::GetTaskRequest) -> pb::GetTaskReply = "GetTask";
         cleanup_tasks(pb::CleanupTasksRequest) -> pb::CleanupTasksReply = "CleanupTasks";
         get_roles(pb::GetRolesRequest) -> pb::GetRolesReply = "GetRoles";
-        get_workflow_templates(pb::GetWorkflowTemplatesRequest) -> pb::GetWorkflowTemplatesReply = "GetWorkflowTemplates";
-        list_repos(pb::ListReposRequest) -> pb::ListReposReply = "ListRepos";
         add_repo(pb::AddRepoRequest) -> pb::AddRepoReply = "AddRepo";
         remove_repo(pb::RemoveRepoRequest) -> pb::RemoveRepoReply = "RemoveRepo";
         refresh_repos(pb::RefreshReposRequest) -> pb::Empty = "RefreshRepos";

@@ -186,6 +186,31 @@ async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_task
         ids, listed,
         "GetTasks and GetEnvironments list the same tasks"
     );
+    // One task in full: its path and its environment.
+    let first = &tasks[0];
+    let one = o2c
+        .get_task(o2::GetTaskRequest {
+            task_id: first.task_id.clone(),
+        })
+        .await
+        .expect("GetTask")
+        .into_inner()
+        .task
+        .expect("a task");
+    assert_eq!(one.env_id, created.id);
+    assert_eq!(one.short_info.as_ref(), Some(first));
+    assert!(
+        one.task_path.starts_with("readout-dataflow."),
+        "{}",
+        one.task_path
+    );
+    let none = o2c
+        .get_task(o2::GetTaskRequest {
+            task_id: "no-such-task".into(),
+        })
+        .await
+        .expect_err("no such task");
+    assert_eq!(none.code(), tonic::Code::NotFound);
 
     // A viewer-role listener (the default) refuses what changes something, naming roles.
     let e = o2c
@@ -201,6 +226,43 @@ async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_task
         e.message().contains("ControlEnvironment") && e.message().contains("operator role"),
         "{}",
         e.message()
+    );
+    // The workflows directory as the anchor's one repository, public templates with their
+    // public variables.
+    let t = o2c
+        .get_workflow_templates(o2::GetWorkflowTemplatesRequest::default())
+        .await
+        .expect("GetWorkflowTemplates")
+        .into_inner();
+    let names: Vec<&str> = t
+        .workflow_templates
+        .iter()
+        .map(|w| w.template.as_str())
+        .collect();
+    assert_eq!(names, ["readout-dataflow"]);
+    let w = &t.workflow_templates[0];
+    assert_eq!(
+        (w.repo.as_str(), w.revision.as_str()),
+        ("envbridge", "main")
+    );
+    assert!(w.description.contains("StfBuilder"), "{}", w.description);
+    let dd = w.var_spec_map.get("dd_enabled").expect("a public variable");
+    assert_eq!(dd.r#type, o2::var_spec_message::Type::Bool as i32);
+    let repos = o2c
+        .list_repos(o2::ListReposRequest {
+            get_revisions: true,
+        })
+        .await
+        .expect("ListRepos")
+        .into_inner();
+    assert_eq!(repos.repos.len(), 1);
+    assert_eq!(
+        (
+            repos.repos[0].name.as_str(),
+            repos.repos[0].default,
+            repos.repos[0].revisions.as_slice()
+        ),
+        ("envbridge", true, &["main".to_string()][..])
     );
     // Not served yet: UNIMPLEMENTED, naming the method.
     let e = o2c
