@@ -126,17 +126,30 @@ fn values(v: Option<&serde_json::Value>) -> Vec<String> {
 }
 
 /// The anchor's patterns are globs; empty matches anything. `*` and `?` are supported.
+/// Iterative (the last `*` is the only backtracking point): linear in the pattern for our
+/// short names, so a caller's pattern of many stars costs nothing.
 fn glob(pattern: &str, s: &str) -> bool {
-    fn m(p: &[u8], s: &[u8]) -> bool {
-        match (p.first(), s.first()) {
-            (None, None) => true,
-            (Some(b'*'), _) => m(&p[1..], s) || (!s.is_empty() && m(p, &s[1..])),
-            (Some(b'?'), Some(_)) => m(&p[1..], &s[1..]),
-            (Some(a), Some(b)) if a == b => m(&p[1..], &s[1..]),
-            _ => false,
+    if pattern.is_empty() {
+        return true;
+    }
+    let (p, s) = (pattern.as_bytes(), s.as_bytes());
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        if pi < p.len() && (p[pi] == b'?' || p[pi] == s[si]) {
+            (pi, si) = (pi + 1, si + 1);
+        } else if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, si));
+            pi += 1;
+        } else if let Some((sp, ss)) = star {
+            // Let the last star take one more byte.
+            (pi, si) = (sp + 1, ss + 1);
+            star = Some((sp, ss + 1));
+        } else {
+            return false;
         }
     }
-    pattern.is_empty() || m(pattern.as_bytes(), s.as_bytes())
+    p[pi..].iter().all(|c| *c == b'*')
 }
 
 #[cfg(test)]
@@ -224,6 +237,28 @@ mod tests {
         let v = &r[0].var_spec_map["run_type"];
         assert_eq!(v.widget, pb::var_spec_message::UiWidget::EditBox as i32);
         assert_eq!(v.r#type, pb::var_spec_message::Type::String as i32);
+    }
+
+    #[test]
+    fn globs_match_as_the_anchors_and_a_hostile_pattern_is_cheap() {
+        for (p, yes) in [
+            ("", true),
+            ("*", true),
+            ("envbridge", true),
+            ("env*", true),
+            ("*bridge", true),
+            ("e?v*g?", true),
+            ("*e*e*", true),
+            ("envbridge?", false),
+            ("github.com/*", false),
+            ("*x*", false),
+        ] {
+            assert_eq!(glob(p, "envbridge"), yes, "{p}");
+        }
+        let hostile = format!("{}x", "*".repeat(100_000));
+        let t = std::time::Instant::now();
+        assert!(!glob(&hostile, "envbridge"));
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
     }
 
     #[test]
