@@ -30,6 +30,22 @@ fn secs(s: u32) -> Option<Duration> {
     (s > 0).then(|| Duration::from_secs(u64::from(s)).min(MAX_WAIT))
 }
 
+/// Creates an environment and audits the create, whichever API asked for it.
+pub(super) async fn create_audited(
+    bridge: &Bridge,
+    caller: &Caller,
+    spec: &CreateSpec,
+    target: &str,
+) -> Result<crate::bridge::deploy::Created, Status> {
+    let created = bridge.create(spec).await.map_err(status);
+    let env = created
+        .as_ref()
+        .ok()
+        .map(|c| (c.namespace.clone(), c.name.clone()));
+    audit(bridge, caller, "create", target, env.as_ref(), &created).await;
+    created
+}
+
 /// Audits a write: `outcome` is `ok...` or the error.
 pub(super) async fn audit<T>(
     bridge: &Bridge,
@@ -88,21 +104,7 @@ impl pb::env_bridge_server::EnvBridge for Api {
             env_id: opt(r.env_id),
             site_variables: caller.role == Role::Admin,
         };
-        let created = self.bridge.create(&spec).await.map_err(status);
-        let env = created
-            .as_ref()
-            .ok()
-            .map(|c| (c.namespace.clone(), c.name.clone()));
-        audit(
-            &self.bridge,
-            &caller,
-            "create",
-            &target,
-            env.as_ref(),
-            &created,
-        )
-        .await;
-        let c = created?;
+        let c = create_audited(&self.bridge, &caller, &spec, &target).await?;
         let mut reply = pb::CreateEnvironmentReply {
             id: c.id,
             namespace: c.namespace.clone(),

@@ -17,7 +17,7 @@ use super::state_map;
 use crate::bridge::transition::TransitionCall;
 use crate::bridge::{Bridge, CreateSpec};
 use crate::roster::{EnvKey, Outcome};
-use crate::server::api::audit;
+use crate::server::api::{audit, create_audited};
 use crate::server::auth::{Caller, Role};
 use crate::server::convert::{self, millis};
 use crate::state::{Event, State};
@@ -193,20 +193,7 @@ impl Control {
         let id = crate::bridge::deploy::environment_id(&spec).map_err(convert::status)?;
         spec.env_id = Some(id.clone());
         let target = format!("{} {:?}", r.workflow_template, spec.variables);
-        let created = self.bridge.create(&spec).await.map_err(convert::status);
-        let env = created
-            .as_ref()
-            .ok()
-            .map(|c| (c.namespace.clone(), c.name.clone()));
-        audit(
-            &self.bridge,
-            &caller,
-            "create",
-            &target,
-            env.as_ref(),
-            &created,
-        )
-        .await;
+        let created = create_audited(&self.bridge, &caller, &spec, &target).await;
         let c = match created {
             Ok(c) => c,
             // Bad input (a refused variable, an unknown workflow) keeps its own code.
