@@ -97,6 +97,27 @@ pub fn environment(
     }
 }
 
+/// GetIntegratedServices: the integration plugins the daemon is configured with, by plugin
+/// name, each with its endpoint. envbridge calls them per request and keeps no connection,
+/// so their connection state is IDLE.
+pub fn integrated_services(
+    plugins: &std::collections::BTreeMap<String, String>,
+) -> std::collections::HashMap<String, pb::IntegratedServiceInfo> {
+    plugins
+        .iter()
+        .map(|(name, endpoint)| {
+            let info = pb::IntegratedServiceInfo {
+                name: name.clone(),
+                enabled: true,
+                endpoint: endpoint.clone(),
+                connection_state: "IDLE".into(),
+                data: "{}".into(),
+            };
+            (name.clone(), info)
+        })
+        .collect()
+}
+
 /// The daemon's own version in the anchor's shape.
 pub fn version() -> pb::Version {
     let part = |s: &str| s.parse().unwrap_or(0);
@@ -231,6 +252,26 @@ mod tests {
             environment(&e, &[], false).current_transition,
             "STOP_ACTIVITY"
         );
+    }
+
+    #[test]
+    fn integrated_services_are_the_configured_plugins() {
+        let plugins = [(
+            "bookkeeping".to_string(),
+            "http://127.0.0.1:9/bk".to_string(),
+        )]
+        .into_iter()
+        .collect();
+        let s = integrated_services(&plugins);
+        assert_eq!(s.len(), 1);
+        let b = &s["bookkeeping"];
+        assert!(b.enabled);
+        assert_eq!(b.endpoint, "http://127.0.0.1:9/bk");
+        assert_eq!(
+            (b.connection_state.as_str(), b.data.as_str()),
+            ("IDLE", "{}")
+        );
+        assert!(integrated_services(&Default::default()).is_empty());
     }
 
     #[test]

@@ -6,11 +6,15 @@
 //! - `pb`: the generated code; `service`: the tonic service; `info`: roster records as the
 //!   anchor's messages; `state_map`: envbridge's states in the anchor's words; `caller`: who
 //!   is calling (one configured role, `requestUser` as a claim); `templates`: the workflows
-//!   directory as the anchor's one repository; `writes`: the methods that change environments.
+//!   directory as the anchor's one repository; `roles`: the workflow tree (RoleInfo) from the
+//!   roster's task paths; `glob`: the anchor's patterns; `writes`: the methods that change
+//!   environments.
 
 pub mod caller;
+mod glob;
 pub mod info;
 pub mod pb;
+mod roles;
 mod service;
 pub mod state_map;
 mod templates;

@@ -14,6 +14,7 @@ use super::caller;
 use super::info;
 use super::pb::events;
 use super::pb::o2control as pb;
+use super::roles;
 use super::templates;
 use crate::bridge::Bridge;
 use crate::server::auth::Role;
@@ -53,6 +54,9 @@ impl Control {
             .collect()
     }
 }
+
+/// GetRoles' `pathSpec` bound: a role path is short, a longer pattern is a mistake.
+const MAX_PATH_SPEC: usize = 4096;
 
 fn now() -> i64 {
     millis(SystemTime::now())
@@ -145,8 +149,9 @@ control_impl! {
             let tasks = self.bridge.roster.tasks_of(&e.key);
             Ok(Response::new(pb::GetEnvironmentReply {
                 environment: Some(info::environment(&e, &tasks, true)),
-                // The workflow tree (showWorkflowTree) comes in a later slice.
-                workflow: None,
+                workflow: r
+                    .show_workflow_tree
+                    .then(|| roles::tree(&e.workflow, &tasks)),
                 public: false,
                 timestamp: now(),
             }))
@@ -246,6 +251,40 @@ control_impl! {
             Ok(Response::new(r))
         }
 
+        async fn get_roles(
+            &self,
+            req: Request<pb::GetRolesRequest>,
+        ) -> Result<Response<pb::GetRolesReply>, Status> {
+            self.allow(Role::Viewer, "GetRoles")?;
+            let r = req.into_inner();
+            if r.env_id.is_empty() {
+                return Err(Status::invalid_argument("GetRoles: envId is required"));
+            }
+            if r.path_spec.len() > MAX_PATH_SPEC {
+                return Err(Status::invalid_argument(format!(
+                    "GetRoles: pathSpec is {} bytes, at most {MAX_PATH_SPEC}",
+                    r.path_spec.len()
+                )));
+            }
+            let e = self.bridge.resolve(&r.env_id).map_err(convert::status)?;
+            let tree = roles::tree(&e.workflow, &self.bridge.roster.tasks_of(&e.key));
+            Ok(Response::new(pb::GetRolesReply {
+                roles: roles::query(&tree, &r.path_spec),
+                timestamp: now(),
+            }))
+        }
+
+        async fn get_integrated_services(
+            &self,
+            _: Request<pb::Empty>,
+        ) -> Result<Response<pb::ListIntegratedServicesReply>, Status> {
+            self.allow(Role::Viewer, "GetIntegratedServices")?;
+            Ok(Response::new(pb::ListIntegratedServicesReply {
+                services: info::integrated_services(&self.bridge.cfg.integrations),
+                timestamp: now(),
+            }))
+        }
+
         type SubscribeStream = EventStream;
 
         async fn subscribe(
@@ -257,13 +296,11 @@ control_impl! {
     }
     not_yet {
         teardown(pb::TeardownRequest) -> pb::TeardownReply = "Teardown";
-        get_integrated_services(pb::Empty) -> pb::ListIntegratedServicesReply = "GetIntegratedServices";
         get_active_detectors(pb::Empty) -> pb::GetActiveDetectorsReply = "GetActiveDetectors";
         get_available_detectors(pb::Empty) -> pb::GetAvailableDetectorsReply = "GetAvailableDetectors";
         new_auto_environment(pb::NewAutoEnvironmentRequest) -> pb::NewAutoEnvironmentReply = "NewAutoEnvironment";
         modify_environment(pb::ModifyEnvironmentRequest) -> pb::ModifyEnvironmentReply = "ModifyEnvironment";
         cleanup_tasks(pb::CleanupTasksRequest) -> pb::CleanupTasksReply = "CleanupTasks";
-        get_roles(pb::GetRolesRequest) -> pb::GetRolesReply = "GetRoles";
         add_repo(pb::AddRepoRequest) -> pb::AddRepoReply = "AddRepo";
         remove_repo(pb::RemoveRepoRequest) -> pb::RemoveRepoReply = "RemoveRepo";
         refresh_repos(pb::RefreshReposRequest) -> pb::Empty = "RefreshRepos";

@@ -264,13 +264,66 @@ async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_task
         ),
         ("envbridge", true, &["main".to_string()][..])
     );
+    // The workflow tree: the root holds every task, one role per host below it.
+    let shown = o2c
+        .get_environment(o2::GetEnvironmentRequest {
+            id: created.id.clone(),
+            show_workflow_tree: true,
+        })
+        .await
+        .expect("GetEnvironment with the tree")
+        .into_inner();
+    let root = shown.workflow.expect("showWorkflowTree fills the tree");
+    assert_eq!(root.full_path, "readout-dataflow");
+    let in_tree: BTreeSet<&str> = root.task_ids.iter().map(String::as_str).collect();
+    assert_eq!(in_tree, ids, "the root holds every task");
+    assert_eq!(
+        (root.state.as_str(), root.status.as_str()),
+        ("STANDBY", "ACTIVE")
+    );
+    assert!(!root.roles.is_empty());
+    // GetRoles: the roles one level below the root, by the anchor's glob.
+    let roles = o2c
+        .get_roles(o2::GetRolesRequest {
+            env_id: created.id.clone(),
+            path_spec: "readout-dataflow.*".into(),
+        })
+        .await
+        .expect("GetRoles")
+        .into_inner()
+        .roles;
+    assert_eq!(roles.len(), root.roles.len(), "{roles:?}");
+    let below: BTreeSet<&str> = roles
+        .iter()
+        .flat_map(|r| r.task_ids.iter().map(String::as_str))
+        .collect();
+    assert_eq!(below, ids, "the roles below the root cover every task");
+    for r in &roles {
+        assert_eq!(r.full_path.matches('.').count(), 1, "{}", r.full_path);
+    }
+    let e = o2c
+        .get_roles(o2::GetRolesRequest {
+            env_id: "no-such-env".into(),
+            path_spec: "*".into(),
+        })
+        .await
+        .expect_err("no such environment");
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    // No integration plugins configured: none listed.
+    let services = o2c
+        .get_integrated_services(o2::Empty {})
+        .await
+        .expect("GetIntegratedServices")
+        .into_inner()
+        .services;
+    assert!(services.is_empty(), "{services:?}");
     // Not served yet: UNIMPLEMENTED, naming the method.
     let e = o2c
-        .get_roles(o2::GetRolesRequest::default())
+        .teardown(o2::TeardownRequest::default())
         .await
         .expect_err("not served yet");
     assert_eq!(e.code(), tonic::Code::Unimplemented);
-    assert!(e.message().contains("GetRoles"), "{}", e.message());
+    assert!(e.message().contains("Teardown"), "{}", e.message());
 
     // gRPC health on the same listener.
     let mut health = tonic_health::pb::health_client::HealthClient::new(
