@@ -39,22 +39,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .compile_fds(fds)?;
     }
 
-    // --- the anchor's o2control API (proto/o2control.proto and its two imports): server and
-    // client, with its descriptor set for gRPC reflection on the o2control listener ---
+    // --- the anchor's o2control API (proto/o2control.proto and its two imports) and its
+    // configuration service (proto/apricot.proto): server and client, with its descriptor set for gRPC reflection on the o2control listener ---
     {
         for f in [
             "o2control.proto",
             "o2control_common.proto",
             "o2control_events.proto",
+            "apricot.proto",
         ] {
             println!("cargo:rerun-if-changed=proto/{f}");
         }
-        let fds = protox::compile(["proto/o2control.proto"], ["proto"])?;
+        let fds = protox::compile(["proto/o2control.proto", "proto/apricot.proto"], ["proto"])?;
         let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
         let mut compiler = protox::Compiler::new(["proto"])?;
         compiler
             .include_imports(true)
-            .open_file("o2control.proto")?;
+            .open_files(["o2control.proto", "apricot.proto"])?;
         std::fs::write(
             out.join("o2control_descriptor.bin"),
             compiler.encode_file_descriptor_set(),

@@ -61,6 +61,9 @@ pub struct Bridge {
     pub metrics: Metrics,
     pub synced: Arc<watch::Synced>,
     renderer: Renderer,
+    /// The configuration store the renders read: its inventory is what the o2control and
+    /// apricot APIs report.
+    store: render::StoreSource,
     /// False on a standby replica: it serves reads only.
     leader: Arc<AtomicBool>,
     /// Creates run one at a time so that port allocation sees every earlier environment.
@@ -76,6 +79,19 @@ impl Bridge {
         metrics: Metrics,
         renderer: Renderer,
     ) -> Arc<Bridge> {
+        let store = render::StoreSource::of(&cfg);
+        Bridge::with_store(client, cfg, metrics, renderer, store)
+    }
+
+    /// [`Bridge::new`] reading the configuration store from `store` (the daemon's: a file or
+    /// a watched ConfigMap), the one its renderer reads.
+    pub fn with_store(
+        client: kube::Client,
+        cfg: BridgeConfig,
+        metrics: Metrics,
+        renderer: Renderer,
+        store: render::StoreSource,
+    ) -> Arc<Bridge> {
         Arc::new(Bridge {
             client,
             roster: Arc::new(Roster::new()),
@@ -83,10 +99,16 @@ impl Bridge {
             metrics,
             synced: Arc::new(watch::Synced::default()),
             renderer,
+            store,
             leader: Arc::new(AtomicBool::new(true)),
             create_lock: tokio::sync::Mutex::new(()),
             reserved: DashMap::new(),
         })
+    }
+
+    /// The configuration store as it is now.
+    pub fn store(&self) -> std::result::Result<Arc<crate::workflow::store::ConfigStore>, String> {
+        self.store.current()
     }
 
     /// The flag leader election flips (true: this replica may write).

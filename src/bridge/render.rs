@@ -31,7 +31,8 @@ impl StoreSource {
         }
     }
 
-    fn current(&self) -> Result<Arc<ConfigStore>, String> {
+    /// The store as it is now (a file re-read when it changed; the ConfigMap's last version).
+    pub fn current(&self) -> Result<Arc<ConfigStore>, String> {
         match self {
             StoreSource::None => Ok(Arc::new(ConfigStore::empty())),
             StoreSource::File(f) => f.current(),

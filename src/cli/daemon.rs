@@ -447,8 +447,8 @@ async fn serve(s: Settings) -> Result<(), String> {
         }
         None => StoreSource::of(&s.bridge),
     };
-    let renderer = envbridge::bridge::render::renderer_with(&s.bridge, store);
-    let bridge = Bridge::new(client.clone(), s.bridge, metrics.clone(), renderer);
+    let renderer = envbridge::bridge::render::renderer_with(&s.bridge, store.clone());
+    let bridge = Bridge::with_store(client.clone(), s.bridge, metrics.clone(), renderer, store);
     let election = s.lease.is_some();
     if let Some(lease) = s.lease {
         // Under election a replica is a standby until the lease says otherwise.

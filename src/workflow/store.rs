@@ -9,7 +9,7 @@
 //!
 //! Pure data: the backends (a file, a ConfigMap) only hand over the text.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -154,6 +154,27 @@ impl ConfigStore {
         ))
     }
 
+    /// The detector inventory: every detector under `o2/hardware/detectors`, by name, with
+    /// the hosts its `flps` list (empty without an inventory). Its shape was checked at load.
+    pub fn inventory(&self) -> BTreeMap<String, Vec<String>> {
+        let Some(dets) = self.node(&["o2", "hardware", "detectors"]) else {
+            return BTreeMap::new();
+        };
+        let dets = entries(dets, "detectors").unwrap_or_default();
+        dets.into_iter()
+            .map(|(det, body)| {
+                let hosts = body
+                    .get("flps")
+                    .and_then(|f| entries(f, "flps").ok())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(h, _)| h.to_string())
+                    .collect();
+                (det.to_string(), hosts)
+            })
+            .collect()
+    }
+
     /// The detectors of several hosts: each host's, deduplicated, sorted.
     pub fn detectors_for_hosts(
         &self,
@@ -272,6 +293,32 @@ impl ConfigStore {
             )),
         }
     }
+
+    /// The entries under `o2/runtime/<component>`: the `/`-separated path of every value
+    /// below it (not of the mappings on the way), by name; None when the store has no such
+    /// component.
+    pub fn runtime_keys(&self, component: &str) -> Option<Vec<String>> {
+        let mut path = vec!["o2", "runtime"];
+        path.extend(component.split('/').filter(|p| !p.is_empty()));
+        let mut keys = Vec::new();
+        // The store is a parsed file: finite, and no deeper than its YAML's nesting.
+        let mut stack = vec![(String::new(), self.node(&path)?)];
+        while let Some((prefix, node)) = stack.pop() {
+            for (k, v) in entries(node, "runtime").unwrap_or_default() {
+                let at = if prefix.is_empty() {
+                    k.to_string()
+                } else {
+                    format!("{prefix}/{k}")
+                };
+                match v.kind {
+                    Kind::Map(_) => stack.push((at, v)),
+                    _ => keys.push(at),
+                }
+            }
+        }
+        keys.sort();
+        Some(keys)
+    }
 }
 
 /// A site `defaults`/`vars` block: a mapping of strings (absent or empty: none).
@@ -368,6 +415,24 @@ o2:
             vec!["0", "1"]
         );
         assert!(s.cru_cards_for_host("flp002").is_err());
+        let inv = s.inventory();
+        assert_eq!(inv.keys().collect::<Vec<_>>(), ["ITS", "TST"]);
+        assert_eq!(inv["ITS"], ["flp002"]);
+        assert!(ConfigStore::empty().inventory().is_empty());
+    }
+
+    #[test]
+    fn runtime_keys_are_the_paths_of_values() {
+        let s = store();
+        assert_eq!(s.runtime_keys("trg"), Some(vec!["ctp".to_string()]));
+        assert_eq!(
+            s.runtime_keys("aliecs"),
+            Some(vec![
+                "defaults/detector".to_string(),
+                "defaults/hosts".to_string()
+            ])
+        );
+        assert_eq!(s.runtime_keys("nothing"), None);
     }
 
     #[test]

@@ -3,14 +3,16 @@
 //! ControlGUI) can drive envbridge. It runs over the same bridge and roster as the daemon's
 //! own API. What is served so far, the state mapping and the trust model: docs/o2control.md.
 //!
-//! - `pb`: the generated code; `service`: the tonic service; `info`: roster records as the
+//! - `pb`: the generated code; `apricot`: the configuration service beside it; `service`: the tonic service; `info`: roster records as the
 //!   anchor's messages; `state_map`: envbridge's states in the anchor's words; `caller`: who
 //!   is calling (one configured role, `requestUser` as a claim); `templates`: the workflows
 //!   directory as the anchor's one repository; `roles`: the workflow tree (RoleInfo) from the
-//!   roster's task paths; `glob`: the anchor's patterns; `writes`: the methods that change
+//!   roster's task paths; `detectors`: the store's inventory against the roster; `glob`: the anchor's patterns; `writes`: the methods that change
 //!   environments.
 
+mod apricot;
 pub mod caller;
+mod detectors;
 mod glob;
 pub mod info;
 pub mod pb;
@@ -99,14 +101,24 @@ pub async fn serve(
     health
         .set_serving::<pb::o2control::control_server::ControlServer<service::Control>>()
         .await;
+    health
+        .set_serving::<pb::apricot::apricot_server::ApricotServer<apricot::Apricot>>()
+        .await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| ServerError::Reflection(e.to_string()))?;
-    let control =
-        pb::o2control::control_server::ControlServer::new(service::Control::new(bridge, cfg))
-            .max_decoding_message_size(super::MAX_MESSAGE)
-            .max_encoding_message_size(64 * super::MAX_MESSAGE);
+    let control = pb::o2control::control_server::ControlServer::new(service::Control::new(
+        bridge.clone(),
+        cfg,
+    ))
+    .max_decoding_message_size(super::MAX_MESSAGE)
+    .max_encoding_message_size(64 * super::MAX_MESSAGE);
+    let apricot = pb::apricot::apricot_server::ApricotServer::new(apricot::Apricot::new(
+        bridge.clone(),
+        cfg.role,
+    ))
+    .max_decoding_message_size(super::MAX_MESSAGE);
     let router = Server::builder()
         .concurrency_limit_per_connection(64)
         .max_concurrent_streams(Some(256))
@@ -115,7 +127,8 @@ pub async fn serve(
         .timeout(super::api::MAX_WAIT + std::time::Duration::from_secs(60))
         .add_service(health_svc)
         .add_service(reflection)
-        .add_service(control);
+        .add_service(control)
+        .add_service(apricot);
     let handle = tokio::spawn(async move {
         if let Err(e) = router
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop.cancelled_owned())

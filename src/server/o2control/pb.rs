@@ -18,6 +18,11 @@ pub mod o2control {
     tonic::include_proto!("o2control");
 }
 
-/// The encoded descriptor set (the three files), served by gRPC reflection.
+/// `apricot`: the configuration service (proto/apricot.proto).
+pub mod apricot {
+    tonic::include_proto!("apricot");
+}
+
+/// The encoded descriptor set (the o2control files and apricot), served by gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/o2control_descriptor.bin"));

@@ -11,12 +11,14 @@ use futures::Stream;
 use tonic::{Request, Response, Status};
 
 use super::caller;
+use super::detectors::{self, Inventory};
 use super::info;
 use super::pb::events;
 use super::pb::o2control as pb;
 use super::roles;
 use super::templates;
 use crate::bridge::Bridge;
+use crate::roster::{EnvRecord, TaskRecord};
 use crate::server::auth::Role;
 use crate::server::convert::{self, millis};
 
@@ -48,10 +50,43 @@ impl Control {
     /// Every environment the roster holds, with its tasks.
     fn environments(&self, with_tasks: bool) -> Vec<pb::EnvironmentInfo> {
         let r = &self.bridge.roster;
+        let inv = self.inventory().unwrap_or_default();
         r.envs()
             .iter()
-            .map(|e| info::environment(e, &r.tasks_of(&e.key), with_tasks))
+            .map(|e| self.environment(e, &r.tasks_of(&e.key), with_tasks, &inv))
             .collect()
+    }
+
+    /// One environment in the anchor's shape, with its detectors from the inventory.
+    pub(super) fn environment(
+        &self,
+        e: &EnvRecord,
+        tasks: &[Arc<TaskRecord>],
+        with_tasks: bool,
+        inv: &Inventory,
+    ) -> pb::EnvironmentInfo {
+        let mut i = info::environment(e, tasks, with_tasks);
+        detectors::fill(&mut i, inv, tasks);
+        i
+    }
+
+    /// The configuration store's detector inventory; a store that does not load is
+    /// UNAVAILABLE in its own words.
+    pub(super) fn inventory(&self) -> Result<Inventory, Status> {
+        let store = self
+            .bridge
+            .store()
+            .map_err(|e| Status::unavailable(format!("configuration store: {e}")))?;
+        Ok(Inventory::new(store.inventory()))
+    }
+
+    /// (active, available) detectors: those the roster's environments are on, and the rest.
+    fn detector_split(&self) -> Result<(Vec<String>, Vec<String>), Status> {
+        let inv = self.inventory()?;
+        let r = &self.bridge.roster;
+        let per_env: Vec<Vec<Arc<TaskRecord>>> =
+            r.envs().iter().map(|e| r.tasks_of(&e.key)).collect();
+        Ok(inv.split(per_env.iter().map(Vec::as_slice)))
     }
 }
 
@@ -107,6 +142,14 @@ control_impl! {
                     hosts.insert(t.node.clone());
                 }
             }
+            // As the anchor: a store that cannot be read lists the one detector NIL.
+            let (all, (active, available)) = match self.inventory() {
+                Ok(inv) => {
+                    let all = inv.all().to_vec();
+                    (all, self.detector_split().unwrap_or_default())
+                }
+                Err(_) => (vec!["NIL".to_string()], Default::default()),
+            };
             let state = if self.bridge.synced.all() {
                 "CONNECTED"
             } else {
@@ -120,6 +163,9 @@ control_impl! {
                 hosts_count: hosts.len() as i32,
                 instance_name: self.instance_name.clone(),
                 version: Some(info::version()),
+                detectors_in_instance: all,
+                active_detectors: active,
+                available_detectors: available,
                 timestamp: now(),
                 ..Default::default()
             }))
@@ -148,7 +194,12 @@ control_impl! {
             let e = self.bridge.resolve(&r.id).map_err(convert::status)?;
             let tasks = self.bridge.roster.tasks_of(&e.key);
             Ok(Response::new(pb::GetEnvironmentReply {
-                environment: Some(info::environment(&e, &tasks, true)),
+                environment: Some(self.environment(
+                    &e,
+                    &tasks,
+                    true,
+                    &self.inventory().unwrap_or_default(),
+                )),
                 workflow: r
                     .show_workflow_tree
                     .then(|| roles::tree(&e.workflow, &tasks)),
@@ -285,6 +336,28 @@ control_impl! {
             }))
         }
 
+        async fn get_active_detectors(
+            &self,
+            _: Request<pb::Empty>,
+        ) -> Result<Response<pb::GetActiveDetectorsReply>, Status> {
+            self.allow(Role::Viewer, "GetActiveDetectors")?;
+            Ok(Response::new(pb::GetActiveDetectorsReply {
+                detectors: self.detector_split()?.0,
+                timestamp: now(),
+            }))
+        }
+
+        async fn get_available_detectors(
+            &self,
+            _: Request<pb::Empty>,
+        ) -> Result<Response<pb::GetAvailableDetectorsReply>, Status> {
+            self.allow(Role::Viewer, "GetAvailableDetectors")?;
+            Ok(Response::new(pb::GetAvailableDetectorsReply {
+                detectors: self.detector_split()?.1,
+                timestamp: now(),
+            }))
+        }
+
         type SubscribeStream = EventStream;
 
         async fn subscribe(
@@ -296,8 +369,6 @@ control_impl! {
     }
     not_yet {
         teardown(pb::TeardownRequest) -> pb::TeardownReply = "Teardown";
-        get_active_detectors(pb::Empty) -> pb::GetActiveDetectorsReply = "GetActiveDetectors";
-        get_available_detectors(pb::Empty) -> pb::GetAvailableDetectorsReply = "GetAvailableDetectors";
         new_auto_environment(pb::NewAutoEnvironmentRequest) -> pb::NewAutoEnvironmentReply = "NewAutoEnvironment";
         modify_environment(pb::ModifyEnvironmentRequest) -> pb::ModifyEnvironmentReply = "ModifyEnvironment";
         cleanup_tasks(pb::CleanupTasksRequest) -> pb::CleanupTasksReply = "CleanupTasks";

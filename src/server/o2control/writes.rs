@@ -166,8 +166,9 @@ async fn deploy_and_configure(
 impl Control {
     fn info_of(&self, key: &EnvKey) -> Option<pb::EnvironmentInfo> {
         let r = &self.bridge.roster;
+        let inv = self.inventory().unwrap_or_default();
         r.env(key)
-            .map(|e| info::environment(&e, &r.tasks_of(key), true))
+            .map(|e| self.environment(&e, &r.tasks_of(key), true, &inv))
     }
 
     /// NewEnvironment (`wait`: deployed and configured before the answer, as the anchor's

@@ -6,6 +6,8 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use ap_pb::apricot_client;
+use envbridge::server::o2control::pb::apricot as ap_pb;
 use envbridge::server::o2control::pb::o2control as o2;
 use envbridge::server::pb;
 use o2::control_client::ControlClient;
@@ -57,11 +59,33 @@ async fn daemon(ns: &Setup, extra: &[&str]) -> (u16, u16, Child) {
     (port, o2port, child)
 }
 
+const INVENTORY: &str = r#"
+o2:
+  hardware:
+    detectors:
+      TST:
+        flps:
+          flp001: {}
+          flp002: {}
+      ITS:
+        flps:
+          flp003: {}
+      TRG: {}
+  runtime:
+    COG-v1:
+      layout: '{"tabs": []}'
+"#;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_tasks() {
     let ns = Setup::shared("daemon-o2control").await;
     let _sim = ns.sim(SimConfig::default());
-    let (port, o2port, _daemon) = daemon(&ns, &[]).await;
+    // A detector inventory: flp001 and flp002 are TST's, flp003 ITS's, TRG has none.
+    let store_dir = tempfile::tempdir().expect("store dir");
+    let store = store_dir.path().join("store.yaml");
+    std::fs::write(&store, INVENTORY).expect("store file");
+    let store_arg = store.to_str().expect("a UTF-8 path");
+    let (port, o2port, _daemon) = daemon(&ns, &["--config-store", store_arg]).await;
     let mut api = crate::support::wait_for("the daemon to listen", WAIT, || async move {
         pb::env_bridge_client::EnvBridgeClient::connect(format!("http://127.0.0.1:{port}"))
             .await
@@ -309,6 +333,91 @@ async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_task
         .await
         .expect_err("no such environment");
     assert_eq!(e.code(), tonic::Code::NotFound);
+    // Detectors: the environment is on TST's hosts, so TST is active and the rest available.
+    assert_eq!(
+        one_env_detectors(&mut o2c, &created.id).await,
+        (vec!["TST".to_string()], 2)
+    );
+    let active = o2c
+        .get_active_detectors(o2::Empty {})
+        .await
+        .expect("GetActiveDetectors")
+        .into_inner()
+        .detectors;
+    assert_eq!(active, ["TST"]);
+    let available = o2c
+        .get_available_detectors(o2::Empty {})
+        .await
+        .expect("GetAvailableDetectors")
+        .into_inner()
+        .detectors;
+    assert_eq!(available, ["ITS", "TRG"]);
+    let fw = o2c
+        .get_framework_info(o2::GetFrameworkInfoRequest {})
+        .await
+        .expect("GetFrameworkInfo")
+        .into_inner();
+    assert_eq!(fw.detectors_in_instance, ["ITS", "TRG", "TST"]);
+    assert_eq!(
+        (fw.active_detectors, fw.available_detectors),
+        (active, available)
+    );
+    // apricot on the same listener: the inventory and the runtime entries.
+    let mut ap = apricot_client::ApricotClient::connect(format!("http://127.0.0.1:{o2port}"))
+        .await
+        .expect("apricot connects");
+    let dets = ap
+        .list_detectors(ap_pb::DetectorsRequest { get_all: false })
+        .await
+        .expect("ListDetectors")
+        .into_inner()
+        .detectors;
+    assert_eq!(dets, ["ITS", "TST"], "TRG only with getAll");
+    let hosts = ap
+        .get_host_inventory(ap_pb::HostGetRequest {
+            detector: "TST".into(),
+        })
+        .await
+        .expect("GetHostInventory")
+        .into_inner()
+        .hosts;
+    assert_eq!(hosts, ["flp001", "flp002"]);
+    let det = ap
+        .get_detector_for_host(ap_pb::HostRequest {
+            hostname: "flp003".into(),
+        })
+        .await
+        .expect("GetDetectorForHost")
+        .into_inner()
+        .payload;
+    assert_eq!(det, "ITS");
+    let layout = ap
+        .get_runtime_entry(ap_pb::GetRuntimeEntryRequest {
+            component: "COG-v1".into(),
+            key: "layout".into(),
+        })
+        .await
+        .expect("GetRuntimeEntry")
+        .into_inner()
+        .payload;
+    assert_eq!(layout, r#"{"tabs": []}"#);
+    let keys = ap
+        .list_runtime_entries(ap_pb::ListRuntimeEntriesRequest {
+            component: "COG-v1".into(),
+        })
+        .await
+        .expect("ListRuntimeEntries")
+        .into_inner()
+        .payload;
+    assert_eq!(keys, ["layout"]);
+    let e = ap
+        .get_runtime_entry(ap_pb::GetRuntimeEntryRequest {
+            component: "COG-v1".into(),
+            key: "nothing".into(),
+        })
+        .await
+        .expect_err("no such entry");
+    assert_eq!(e.code(), tonic::Code::NotFound);
     // No integration plugins configured: none listed.
     let services = o2c
         .get_integrated_services(o2::Empty {})
@@ -548,4 +657,19 @@ async fn an_o2control_client_runs_the_anchors_cycle_with_run_numbers() {
         .await
         .expect_err("gone");
     assert_eq!(missing.code(), tonic::Code::NotFound);
+}
+
+/// An environment's `includedDetectors` and `numberOfFlps`, from GetEnvironments.
+async fn one_env_detectors(
+    o2c: &mut ControlClient<tonic::transport::Channel>,
+    id: &str,
+) -> (Vec<String>, i32) {
+    let envs = o2c
+        .get_environments(o2::GetEnvironmentsRequest::default())
+        .await
+        .expect("GetEnvironments")
+        .into_inner()
+        .environments;
+    let e = envs.iter().find(|e| e.id == id).expect("the environment");
+    (e.included_detectors.clone(), e.number_of_flps)
 }
