@@ -85,12 +85,45 @@ impl Bridge {
         // The roster's ports, and those of every TaskSet in the cluster: an environment whose
         // Tasks the operator has not written (it may be down) holds its ports all the same.
         let mut taken = self.taken_ports(Some(&key));
-        for (node, ports) in self.task_set_ports(&key).await? {
+        let (in_sets, held) = self.task_set_ports(&key).await?;
+        for (node, ports) in in_sets {
             taken.entry(node).or_default().extend(ports);
         }
         let objs = self.render_bounded(spec, &id, &taken).await?;
         self.check_caller_render(spec, &id, &taken, &objs).await?;
+        self.check_detectors(&objs, held)?;
         self.apply(objs, &ns, &taken).await
+    }
+
+    /// One environment per detector (`bridge::detectors`), over the store's inventory; a
+    /// store that does not load was already reported by the render.
+    fn check_detectors(&self, objs: &Objects, mut held: super::detectors::HostsHeld) -> Result<()> {
+        let Ok(store) = self.store() else {
+            return Ok(());
+        };
+        let me = objs.name();
+        // Besides the TaskSets: the roster's live tasks, and environments created here whose
+        // Tasks the roster does not show yet.
+        for e in self.roster.envs() {
+            if e.deleting || *e.key.name == *me {
+                continue;
+            }
+            for t in self.roster.tasks_of(&e.key) {
+                held.entry(t.node.to_string())
+                    .or_insert_with(|| e.key.to_string());
+            }
+        }
+        for r in self.reserved.iter() {
+            if *r.key().name != *me {
+                for node in r.value().keys() {
+                    held.entry(node.clone())
+                        .or_insert_with(|| r.key().to_string());
+                }
+            }
+        }
+        let hosts: std::collections::BTreeSet<&str> =
+            objs.tasks().map(|t| t.node.as_str()).collect();
+        super::detectors::check(hosts, &held, |h| store.detector_for_host(h).ok())
     }
 
     /// What a caller asked, before anything is rendered: only `hosts`, the workflow's public

@@ -26,6 +26,15 @@ pub enum BridgeError {
     NotLeader,
     #[error("render: {0}")]
     Render(String),
+    /// A detector belongs to at most one environment, as in the anchor.
+    #[error(
+        "detector {detector} (host {host}) is in use by environment {environment}: nothing was written; destroy that environment first"
+    )]
+    DetectorInUse {
+        detector: String,
+        host: String,
+        environment: String,
+    },
     #[error("{context}: {source}")]
     Kube {
         context: String,

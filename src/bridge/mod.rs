@@ -10,6 +10,7 @@ pub mod config_map_store;
 pub mod config_store;
 pub mod convert;
 pub mod deploy;
+pub mod detectors;
 pub mod error;
 pub mod go_error;
 pub mod kill;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use kube::api::{Api, DeleteParams, ListParams};
 use tokio_util::sync::CancellationToken;
 
+use super::detectors::HostsHeld;
 use super::error::{BridgeError, Result, is_not_found};
 use super::{Bridge, TakenPorts};
 use crate::crd::{Environment, TaskSet};
@@ -23,24 +24,35 @@ impl Bridge {
         }
     }
 
-    /// Ports that the TaskSets in the cluster hold, per node, except environment `except`'s.
-    pub async fn task_set_ports(&self, except: &EnvKey) -> Result<TakenPorts> {
+    /// Ports that the TaskSets in the cluster hold, per node, and the environment holding each
+    /// node, except environment `except`'s.
+    pub async fn task_set_ports(&self, except: &EnvKey) -> Result<(TakenPorts, HostsHeld)> {
         let sets = self
             .task_sets_api()
             .list(&ListParams::default())
             .await
             .map_err(BridgeError::kube("list TaskSets"))?;
         let mut taken = TakenPorts::new();
+        let mut held = HostsHeld::new();
         for set in &sets.items {
             let ns = set.metadata.namespace.as_deref().unwrap_or("");
             if ns == &*except.namespace && set.spec.environment == *except.name {
                 continue;
             }
+            // Only an environment the roster knows, not being deleted, holds its hosts' detectors:
+            // a TaskSet outlives its environment's teardown by the garbage collector's delay,
+            // and an orphan of a crashed create holds nothing.
+            let key = EnvKey::new(ns, &set.spec.environment);
+            let live = self.roster.env(&key).is_some_and(|e| !e.deleting);
             for t in &set.spec.tasks {
                 taken.entry(t.node.clone()).or_default().extend(t.ports());
+                if live {
+                    held.entry(t.node.clone())
+                        .or_insert_with(|| key.to_string());
+                }
             }
         }
-        Ok(taken)
+        Ok((taken, held))
     }
 
     /// Deletes TaskSets whose Environment does not exist and that are older than the

@@ -206,6 +206,10 @@ async fn demo(
         None => args.nodes,
     };
     let real = args.real_nodes;
+    if args.hold && foreign.is_none() && real == 0 {
+        // Refused before anything starts, not after the demo's steps.
+        super::demo_hold::hold_hosts(&sim_hosts(args.nodes))?;
+    }
     if real > 0 && args.o2control_listen.is_some() {
         return Err("--o2control-listen is not available with --real-nodes yet (the daemon then runs in the cluster)".into());
     }
@@ -296,6 +300,10 @@ async fn demo(
             format!("--defaults={}", site.display()),
             // The demo is the site's administrator: its failure injection is allowed.
             "--allow-variable=sim_fail_host,sim_fail_on,sim_fail_in".to_string(),
+            format!(
+                "--config-store={}",
+                super::demo_inventory::write(&run_dir, &sim_hosts(args.nodes))?.display()
+            ),
         ]),
         Some(f) => {
             daemon_args.extend([
@@ -382,7 +390,7 @@ async fn demo(
         return Ok(summary);
     }
     let hosts: Vec<String> = match real {
-        0 => (1..=args.nodes).map(|i| format!("flp{i:03}")).collect(),
+        0 => sim_hosts(args.nodes),
         n => info.real_hosts.iter().take(n as usize).cloned().collect(),
     };
     let hosts_json = serde_json::to_string(&hosts).map_err(|e| e.to_string())?;
@@ -454,8 +462,7 @@ async fn demo(
     )
     .await?;
     if args.hold {
-        super::demo_hold::hold(api, &mut live.environments, &hosts_json, &http, &token_file)
-            .await?;
+        super::demo_hold::hold(api, &mut live.environments, &hosts, &http, &token_file).await?;
     }
 
     let mut summary = json!({
@@ -798,4 +805,9 @@ impl Children {
             }
         }
     }
+}
+
+/// The simulated hosts of `--nodes N`: flp001 to flpN.
+fn sim_hosts(n: u32) -> Vec<String> {
+    (1..=n).map(|i| format!("flp{i:03}")).collect()
 }

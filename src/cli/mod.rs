@@ -10,6 +10,7 @@ mod daemon_values;
 mod demo;
 mod demo_cluster;
 mod demo_hold;
+mod demo_inventory;
 mod demo_midrun;
 mod env;
 mod env_connect;

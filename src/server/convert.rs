@@ -88,9 +88,9 @@ pub fn status(e: BridgeError) -> tonic::Status {
             Status::invalid_argument(msg)
         }
         BridgeError::NotFound(_) | BridgeError::TaskNotFound { .. } => Status::not_found(msg),
-        BridgeError::Namespace { .. } | BridgeError::InvalidTransition { .. } => {
-            Status::failed_precondition(msg)
-        }
+        BridgeError::Namespace { .. }
+        | BridgeError::InvalidTransition { .. }
+        | BridgeError::DetectorInUse { .. } => Status::failed_precondition(msg),
         BridgeError::Timeout { .. } => Status::deadline_exceeded(msg),
         BridgeError::NotLeader => Status::unavailable(msg),
         BridgeError::Kube { .. } => Status::unavailable(msg),

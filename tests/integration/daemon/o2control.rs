@@ -362,6 +362,32 @@ async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_task
         (fw.active_detectors, fw.available_detectors),
         (active, available)
     );
+    // One environment per detector: a second one on a TST host is refused naming TST and
+    // the environment holding it, and nothing is written.
+    let refused = api
+        .create_environment(pb::CreateEnvironmentRequest {
+            workflow: "readout-dataflow".into(),
+            variables: [("hosts".to_string(), r#"["flp002"]"#.to_string())].into(),
+            env_id: "o2c-second".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("TST is in use");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    let msg = refused.message();
+    assert!(
+        msg.contains("detector TST")
+            && msg.contains("/o2c:")
+            && msg.contains("nothing was written"),
+        "{msg}"
+    );
+    let envs = o2c
+        .get_environments(o2::GetEnvironmentsRequest::default())
+        .await
+        .expect("GetEnvironments")
+        .into_inner()
+        .environments;
+    assert_eq!(envs.len(), 1, "nothing written for the refused create");
     // apricot on the same listener: the inventory and the runtime entries.
     let mut ap = apricot_client::ApricotClient::connect(format!("http://127.0.0.1:{o2port}"))
         .await
