@@ -469,6 +469,21 @@ async fn a_critical_call_before_deploy_gates_the_deployment() {
     assert_eq!(deploy[0]["function"], "UpdateFillInfo");
     assert_eq!(deploy[0]["trigger"], "before_DEPLOY-50");
 
+    // The anchor's store lists flp001 under a detector: while ok_id holds it, a second
+    // environment there is refused naming the detector and the holder, before any call.
+    let busy = api
+        .create_environment(create(&bad_id, &vars))
+        .await
+        .expect_err("the detector is in use");
+    assert_eq!(busy.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        busy.message().contains("is in use by environment") && busy.message().contains(&ok_id),
+        "{}",
+        busy.message()
+    );
+    let gone = fixture::destroy(&mut api, &ok_id, 90).await;
+    assert!(gone.gone, "{ok_id}: {}", gone.message);
+
     lhc.failing.store(true, std::sync::atomic::Ordering::SeqCst);
     let mut req = create(&bad_id, &vars);
     req.timeout_seconds = 60;
@@ -499,9 +514,7 @@ async fn a_critical_call_before_deploy_gates_the_deployment() {
         .filter(|t| t.spec.environment.contains(&bad_id))
         .count();
     assert_eq!(written, 0, "no Task of the refused deployment");
-    for id in [&ok_id, &bad_id] {
-        let gone = fixture::destroy(&mut api, id, 90).await;
-        assert!(gone.gone, "{id}: {}", gone.message);
-    }
+    let gone = fixture::destroy(&mut api, &bad_id, 90).await;
+    assert!(gone.gone, "{bad_id}: {}", gone.message);
     stack.stop().await;
 }
