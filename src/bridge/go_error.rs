@@ -18,7 +18,9 @@ use crate::state::{Event, State};
 /// is its desired state, not being deleted, no transition in flight, and no GO_ERROR asked.
 pub fn needs_go_error(e: &EnvRecord) -> bool {
     let in_flight = match (&e.requested, &e.observed) {
-        (Some((id, _)), Some(o)) => o.id == *id && o.phase == Phase::Running,
+        // Requested and not picked up yet (the status shows an earlier transition), or under
+        // way: GO_ERROR waits for its outcome instead of overtaking it (seed 500 round 50).
+        (Some((id, _)), Some(o)) => o.id != *id || o.phase == Phase::Running,
         (Some(_), None) => true,
         (None, _) => false,
     };

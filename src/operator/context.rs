@@ -21,7 +21,47 @@ pub struct Answer {
     pub status: crate::crd::TaskStatus,
     /// The status write succeeded (false: the apiserver or etcd refused it; write it again).
     pub written: bool,
+    /// The transition ids (None: no transition yet) of the statuses this answer follows, its
+    /// own chain of earlier answers included: a stored status showing one of them is behind
+    /// this answer; one showing anything else (another operator's newer write) is not.
+    pub follows: Vec<Option<String>>,
 }
+
+/// How many earlier statuses an answer remembers following (a chain of answers whose writes
+/// the store has not shown yet is short: one per transition requested meanwhile).
+const FOLLOWS: usize = 16;
+
+impl Answer {
+    /// The answer `status` computed from `base`: the stored status, or `kept`, the answer
+    /// that stood in for it.
+    pub fn after(
+        status: crate::crd::TaskStatus,
+        base: &crate::crd::TaskStatus,
+        kept: Option<&Answer>,
+    ) -> Answer {
+        let mut follows = kept.map(|k| k.follows.clone()).unwrap_or_default();
+        follows.push(base.transition.as_ref().map(|t| t.id.clone()));
+        if follows.len() > FOLLOWS {
+            follows.drain(..follows.len() - FOLLOWS);
+        }
+        Answer {
+            status,
+            written: false,
+            follows,
+        }
+    }
+
+    /// Whether this answer stands for `stored` (the Task status the watch store shows): the
+    /// store is behind it. A reconcile woken by a spec change made while the previous
+    /// transition was being answered sees the status from before that answer; it must start
+    /// from the answer, not send a step again nor judge against the old state.
+    pub fn is_ahead_of(&self, stored: Option<&crate::crd::TaskStatus>) -> bool {
+        let shown = stored.and_then(|s| s.transition.as_ref()).map(|t| &t.id);
+        let mine = self.status.transition.as_ref().map(|t| &t.id);
+        shown != mine && self.follows.iter().any(|f| f.as_ref() == shown)
+    }
+}
+
 
 /// Everything a reconcile reads: stores fed by watches (never a GET per reconcile).
 pub struct Ctx {
@@ -76,5 +116,71 @@ impl Ctx {
     pub async fn listed(&self) {
         let mut rx = self.listed.clone();
         let _ = rx.wait_for(|ready| *ready).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{TaskStatus, TransitionPhase, TransitionStatus};
+    use crate::state::{Event, State};
+
+    fn status(state: State, id: &str, event: Event) -> TaskStatus {
+        TaskStatus {
+            state: Some(state),
+            transition: Some(TransitionStatus {
+                id: id.into(),
+                event,
+                phase: TransitionPhase::Succeeded,
+                message: String::new(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_answer_stands_for_the_status_it_followed_whatever_the_spec_asks_now() {
+        // The fault run's seed 500 round 50: CONFIGURE `c` stored, START `s` answered
+        // (RUNNING) while the spec moved on to GO_ERROR: the store still shows `c`.
+        let stored = status(State::Configured, "c", Event::Configure);
+        let start = Answer::after(status(State::Running, "s", Event::Start), &stored, None);
+        assert!(start.is_ahead_of(Some(&stored)));
+        // Once the store shows the answer, the store is the truth again.
+        assert!(!start.is_ahead_of(Some(&start.status)));
+        // A chain: GO_ERROR `g` answered from the kept START before either write showed.
+        let stop = Answer::after(
+            status(State::Configured, "g", Event::GoError),
+            &start.status,
+            Some(&start),
+        );
+        assert!(stop.is_ahead_of(Some(&stored)));
+        assert!(stop.is_ahead_of(Some(&start.status)));
+        // A status this operator never followed (another operator's newer write) wins.
+        let other = status(State::Running, "x", Event::Start);
+        assert!(!stop.is_ahead_of(Some(&other)));
+        // No transition stored yet: the first answer stands for it.
+        let first = Answer::after(
+            status(State::Configured, "c", Event::Configure),
+            &TaskStatus::default(),
+            None,
+        );
+        assert!(first.is_ahead_of(Some(&TaskStatus::default())));
+        assert!(first.is_ahead_of(None));
+    }
+
+    #[test]
+    fn an_answer_remembers_a_bounded_chain() {
+        let mut base = TaskStatus::default();
+        let mut kept: Option<Answer> = None;
+        for i in 0..100 {
+            let a = Answer::after(
+                status(State::Configured, &format!("t{i}"), Event::Configure),
+                &base,
+                kept.as_ref(),
+            );
+            base = a.status.clone();
+            kept = Some(a);
+        }
+        assert_eq!(kept.unwrap().follows.len(), FOLLOWS);
     }
 }

@@ -56,7 +56,10 @@ async fn apply(task: Arc<Task>, ctx: &Ctx) -> Result<Action> {
     let uid = task.uid().unwrap_or_default();
     let mine = answered(&task, ctx, &uid);
     let unwritten = mine.as_ref().is_some_and(|a| !a.written);
-    let old = mine.map_or_else(|| task.status.clone().unwrap_or_default(), |a| a.status);
+    let old = mine.as_ref().map_or_else(
+        || task.status.clone().unwrap_or_default(),
+        |a| a.status.clone(),
+    );
     let mut st = old.clone();
     let mut step = Step::default();
     drive(&task, ctx, &mut st, &mut step).await?;
@@ -65,14 +68,8 @@ async fn apply(task: Arc<Task>, ctx: &Ctx) -> Result<Action> {
         // down), the retry writes it again instead of sending the task the same step twice.
         let keep = st.transition.is_some();
         if keep {
-            let status = st.clone();
-            ctx.answered.insert(
-                uid.clone(),
-                Answer {
-                    status,
-                    written: false,
-                },
-            );
+            let answer = Answer::after(st.clone(), &old, mine.as_ref());
+            ctx.answered.insert(uid.clone(), answer);
         }
         write_status(ctx, &task, &st).await?;
         if keep && let Some(mut a) = ctx.answered.get_mut(&uid) {
@@ -89,19 +86,13 @@ async fn apply(task: Arc<Task>, ctx: &Ctx) -> Result<Action> {
         .unwrap_or_else(|| Action::requeue(Duration::from_secs(600))))
 }
 
-/// This operator's answer to the Task's current transition, when the store does not show it
-/// (a reconcile woken before the status write's watch event arrives, or after that write
-/// failed, must neither send the transition again nor judge against the old state).
+/// This operator's last answer for the Task, when the store does not show it yet: a
+/// reconcile woken before the status write's watch event arrives (by a spec change made while
+/// the previous transition was being answered, too), or after that write failed, must
+/// neither send a step again nor judge against the old state ([`Answer::is_ahead_of`]).
 fn answered(task: &Task, ctx: &Ctx, uid: &str) -> Option<Answer> {
-    let req = task.spec.transition.as_ref()?;
     let mine = ctx.answered.get(uid)?;
-    let stored = task.status.as_ref().and_then(|s| s.transition.as_ref());
-    let ours = mine
-        .status
-        .transition
-        .as_ref()
-        .is_some_and(|t| t.id == req.id);
-    (ours && stored.map(|t| &t.id) != Some(&req.id)).then(|| mine.clone())
+    mine.is_ahead_of(task.status.as_ref()).then(|| mine.clone())
 }
 
 pub fn error_policy(task: Arc<Task>, err: &Error, _ctx: Arc<Ctx>) -> Action {

@@ -129,7 +129,7 @@ pub async fn create(site: &Site, id: &str, hosts: &[String]) -> Result<Outcome, 
     .await
 }
 
-async fn requested(site: &Site, id: &str) -> Option<pb::TransitionInfo> {
+pub async fn requested(site: &Site, id: &str) -> Option<pb::TransitionInfo> {
     for r in order(site).await {
         if let Some(mut api) = site.api(r).await
             && let Ok(e) = api
@@ -192,6 +192,13 @@ pub async fn transition(site: &Site, id: &str, event: &str) -> Result<Outcome, S
                         failures(&r.failures),
                     )
                 }
+                // The leader's refusal (the event does not apply, e.g. after the automatic
+                // GO_ERROR) is an answer, not an outage: retrying it only hangs the step.
+                Err(e) if e.code() == tonic::Code::FailedPrecondition => outcome(
+                    false,
+                    format!("refused by daemon-{r}: {}", e.message()),
+                    Vec::new(),
+                ),
                 Err(e) => Attempt::Again(format!("daemon-{r}: {:?} {}", e.code(), e.message())),
             }
         },
