@@ -62,7 +62,6 @@ impl Answer {
     }
 }
 
-
 /// Everything a reconcile reads: stores fed by watches (never a GET per reconcile).
 pub struct Ctx {
     pub client: Client,
