@@ -92,10 +92,8 @@ pub fn fill(info: &mut pb::EnvironmentInfo, inv: &Inventory, tasks: &[Arc<TaskRe
 
 #[cfg(test)]
 mod tests {
-    use std::time::SystemTime;
 
     use super::*;
-    use crate::roster::EnvKey;
     use crate::state::State;
 
     fn inv() -> Inventory {
@@ -112,23 +110,8 @@ mod tests {
     }
 
     fn on(node: &str) -> Arc<TaskRecord> {
-        Arc::new(TaskRecord {
-            name: format!("t-{node}").as_str().into(),
-            env: EnvKey::new("runs", "e1"),
-            node: node.into(),
-            class: "readout".into(),
-            path: "rd.readout".into(),
-            critical: true,
-            state: State::Standby,
-            pod_phase: None,
-            pod_ip: None,
-            message: None,
-            transition: None,
-            ports: Box::new([]),
-            control_port: 47100,
-            deleting: false,
-            changed_at: SystemTime::now(),
-        })
+        let name = format!("t-{node}");
+        super::super::fixture::task(&name, node, "rd.readout", State::Standby, true)
     }
 
     #[test]

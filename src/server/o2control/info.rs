@@ -162,23 +162,7 @@ mod tests {
     }
 
     fn task(name: &str, node: &str, state: State) -> Arc<TaskRecord> {
-        Arc::new(TaskRecord {
-            name: name.into(),
-            env: EnvKey::new("runs", "e1"),
-            node: node.into(),
-            class: "readout".into(),
-            path: "readout-dataflow.readout".into(),
-            critical: true,
-            state,
-            pod_phase: Some("Running".into()),
-            pod_ip: None,
-            message: None,
-            transition: None,
-            ports: Box::new([]),
-            control_port: 47100,
-            deleting: false,
-            changed_at: SystemTime::now(),
-        })
+        super::super::fixture::task(name, node, "readout-dataflow.readout", state, true)
     }
 
     #[test]

@@ -141,6 +141,43 @@ pub async fn serve(
     Ok((bound, handle))
 }
 
+/// Roster records for the unit tests of this layer.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use std::sync::Arc;
+    use std::time::SystemTime;
+
+    use crate::roster::{EnvKey, TaskRecord};
+    use crate::state::State;
+
+    /// A readout task of environment runs/e1 at `path` on `node`, its pod running.
+    pub fn task(
+        name: &str,
+        node: &str,
+        path: &str,
+        state: State,
+        critical: bool,
+    ) -> Arc<TaskRecord> {
+        Arc::new(TaskRecord {
+            name: name.into(),
+            env: EnvKey::new("runs", "e1"),
+            node: node.into(),
+            class: "readout".into(),
+            path: path.into(),
+            critical,
+            state,
+            pod_phase: Some("Running".into()),
+            pod_ip: None,
+            message: None,
+            transition: None,
+            ports: Box::new([]),
+            control_port: 47100,
+            deleting: false,
+            changed_at: SystemTime::now(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

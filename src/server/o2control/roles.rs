@@ -159,30 +159,12 @@ pub fn query(tree: &pb::RoleInfo, path_spec: &str) -> Vec<pb::RoleInfo> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::SystemTime;
 
     use super::*;
-    use crate::roster::EnvKey;
     use crate::state::State;
 
     fn task(name: &str, path: &str, state: State, critical: bool) -> Arc<TaskRecord> {
-        Arc::new(TaskRecord {
-            name: name.into(),
-            env: EnvKey::new("runs", "e1"),
-            node: "flp001".into(),
-            class: "readout".into(),
-            path: path.into(),
-            critical,
-            state,
-            pod_phase: None,
-            pod_ip: None,
-            message: None,
-            transition: None,
-            ports: Box::new([]),
-            control_port: 47100,
-            deleting: false,
-            changed_at: SystemTime::now(),
-        })
+        super::super::fixture::task(name, "flp001", path, state, critical)
     }
 
     fn tasks() -> Vec<Arc<TaskRecord>> {
