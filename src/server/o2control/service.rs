@@ -81,12 +81,11 @@ impl Control {
     }
 
     /// (active, available) detectors: those the roster's environments are on, and the rest.
-    fn detector_split(&self) -> Result<(Vec<String>, Vec<String>), Status> {
-        let inv = self.inventory()?;
+    fn detector_split(&self, inv: &Inventory) -> (Vec<String>, Vec<String>) {
         let r = &self.bridge.roster;
         let per_env: Vec<Vec<Arc<TaskRecord>>> =
             r.envs().iter().map(|e| r.tasks_of(&e.key)).collect();
-        Ok(inv.split(per_env.iter().map(Vec::as_slice)))
+        inv.split(per_env.iter().map(Vec::as_slice))
     }
 }
 
@@ -146,7 +145,7 @@ control_impl! {
             let (all, (active, available)) = match self.inventory() {
                 Ok(inv) => {
                     let all = inv.all().to_vec();
-                    (all, self.detector_split().unwrap_or_default())
+                    (all, self.detector_split(&inv))
                 }
                 Err(_) => (vec!["NIL".to_string()], Default::default()),
             };
@@ -342,7 +341,7 @@ control_impl! {
         ) -> Result<Response<pb::GetActiveDetectorsReply>, Status> {
             self.allow(Role::Viewer, "GetActiveDetectors")?;
             Ok(Response::new(pb::GetActiveDetectorsReply {
-                detectors: self.detector_split()?.0,
+                detectors: self.detector_split(&self.inventory()?).0,
                 timestamp: now(),
             }))
         }
@@ -353,7 +352,7 @@ control_impl! {
         ) -> Result<Response<pb::GetAvailableDetectorsReply>, Status> {
             self.allow(Role::Viewer, "GetAvailableDetectors")?;
             Ok(Response::new(pb::GetAvailableDetectorsReply {
-                detectors: self.detector_split()?.1,
+                detectors: self.detector_split(&self.inventory()?).1,
                 timestamp: now(),
             }))
         }
