@@ -107,7 +107,10 @@ pub fn aggregate(
     failing_tasks.sort_by(|a, b| (!a.critical, &a.name).cmp(&(!b.critical, &b.name)));
     let failing_count = failing_tasks.len();
     let failing_critical = failing_tasks.iter().filter(|f| f.critical).count();
-    let state = if failing_critical > 0 {
+    // The anchor's GO_ERROR puts the environment in ERROR whatever its tasks' states (those
+    // still RUNNING are stopped, the others keep theirs), until another transition is asked.
+    let go_error = transition.is_some_and(|t| t.event == crate::state::Event::GoError);
+    let state = if failing_critical > 0 || go_error {
         State::Error
     } else {
         consistent
@@ -270,6 +273,35 @@ mod tests {
             event: Event::Configure,
             arguments: Default::default(),
         }
+    }
+
+    #[test]
+    fn go_error_puts_the_environment_in_error_whatever_its_tasks_say() {
+        let go = TransitionRequest {
+            id: "g".into(),
+            event: Event::GoError,
+            arguments: Default::default(),
+        };
+        let tasks = vec![
+            task(
+                "a",
+                true,
+                Some(State::Configured),
+                Some(("g", TransitionPhase::Succeeded, "")),
+            ),
+            task(
+                "b",
+                true,
+                Some(State::Configured),
+                Some(("g", TransitionPhase::Succeeded, "")),
+            ),
+        ];
+        let a = agg(&tasks, 2, Some(&go), State::Error);
+        assert_eq!(a.state, State::Error);
+        assert_eq!(a.failing_count, 0, "nobody failed: the shifter asked");
+        // Another transition asked afterwards decides from the tasks again.
+        let a = agg(&tasks, 2, Some(&configure("c")), State::Configured);
+        assert_eq!(a.state, State::Configured);
     }
 
     #[test]
