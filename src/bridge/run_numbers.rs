@@ -35,64 +35,75 @@ pub fn after(last: Option<&str>, at: &str) -> Result<u32> {
 }
 
 impl Bridge {
-    /// Takes the next run number from ConfigMap `namespace/name` (created at the first).
+    /// Takes the next run number from ConfigMap `namespace/name` (see [`next`]).
     pub async fn next_run_number(&self, namespace: &str, name: &str) -> Result<u32> {
         self.ensure_leader()?;
-        let at = format!("{namespace}/{name}");
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
-        for _ in 0..ATTEMPTS {
-            let current = api.get_opt(name).await.map_err(BridgeError::kube(format!(
-                "read run numbers ConfigMap {at}"
-            )))?;
-            let written = match current {
-                None => {
-                    let cm = ConfigMap {
-                        metadata: ObjectMeta {
-                            name: Some(name.to_string()),
-                            namespace: Some(namespace.to_string()),
-                            ..Default::default()
-                        },
-                        data: Some([(KEY.to_string(), "1".to_string())].into()),
+        next(&self.client, namespace, name).await
+    }
+}
+
+/// Takes the next run number from ConfigMap `namespace/name`: created (with its namespace,
+/// when missing) at the first. The demo takes its runs' numbers here too, so that one
+/// counter numbers every run of a plane.
+pub async fn next(client: &kube::Client, namespace: &str, name: &str) -> Result<u32> {
+    let at = format!("{namespace}/{name}");
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let mut made_namespace = false;
+    for _ in 0..ATTEMPTS {
+        let current = api.get_opt(name).await.map_err(BridgeError::kube(format!(
+            "read run numbers ConfigMap {at}"
+        )))?;
+        let written = match current {
+            None => {
+                let cm = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(name.to_string()),
+                        namespace: Some(namespace.to_string()),
                         ..Default::default()
-                    };
-                    api.create(&PostParams::default(), &cm).await.map(|_| 1)
-                }
-                Some(mut cm) => {
-                    let last = cm.data.as_ref().and_then(|d| d.get(KEY)).cloned();
-                    let n = after(last.as_deref(), &at)?;
-                    cm.data
-                        .get_or_insert_default()
-                        .insert(KEY.to_string(), n.to_string());
-                    // The resourceVersion read above makes this a compare-and-swap.
-                    api.replace(name, &PostParams::default(), &cm)
-                        .await
-                        .map(|_| n)
-                }
-            };
-            match written {
-                Ok(n) => return Ok(n),
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(e) if is_conflict(&e) => continue,
-                Err(e) if is_not_found(&e) => {
-                    return Err(BridgeError::Namespace {
+                    },
+                    data: Some([(KEY.to_string(), "1".to_string())].into()),
+                    ..Default::default()
+                };
+                api.create(&PostParams::default(), &cm).await.map(|_| 1)
+            }
+            Some(mut cm) => {
+                let last = cm.data.as_ref().and_then(|d| d.get(KEY)).cloned();
+                let n = after(last.as_deref(), &at)?;
+                cm.data
+                    .get_or_insert_default()
+                    .insert(KEY.to_string(), n.to_string());
+                // The resourceVersion read above makes this a compare-and-swap.
+                api.replace(name, &PostParams::default(), &cm)
+                    .await
+                    .map(|_| n)
+            }
+        };
+        match written {
+            Ok(n) => return Ok(n),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) if is_conflict(&e) => continue,
+            // The counter's namespace is missing (a daemon outside the site's deployment,
+            // the local plane): made once, then the create is tried again.
+            Err(e) if is_not_found(&e) && !made_namespace => {
+                super::namespace::ensure_exists(client, namespace)
+                    .await
+                    .map_err(|e| BridgeError::Namespace {
                         namespace: namespace.to_string(),
-                        message: format!(
-                            "run numbers ConfigMap {at}: the namespace does not exist"
-                        ),
-                    });
-                }
-                Err(e) => {
-                    return Err(BridgeError::kube(format!(
-                        "write run numbers ConfigMap {at}"
-                    ))(e));
-                }
+                        message: format!("run numbers ConfigMap {at}: {e}"),
+                    })?;
+                made_namespace = true;
+            }
+            Err(e) => {
+                return Err(BridgeError::kube(format!(
+                    "write run numbers ConfigMap {at}"
+                ))(e));
             }
         }
-        Err(BridgeError::Timeout {
-            what: format!("run numbers: {ATTEMPTS} conflicting writes of ConfigMap {at}"),
-            after: std::time::Duration::ZERO,
-        })
     }
+    Err(BridgeError::Timeout {
+        what: format!("run numbers: {ATTEMPTS} conflicting writes of ConfigMap {at}"),
+        after: std::time::Duration::ZERO,
+    })
 }
 
 #[cfg(test)]

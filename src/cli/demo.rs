@@ -239,6 +239,7 @@ async fn demo(
     let kube = envbridge::dev::client_for(&info.kubeconfig)
         .await
         .map_err(|e| e.to_string())?;
+    let _ = PLANE.set(kube.clone());
     for (n, host) in &placed {
         if envbridge::dev::nodes::host_indices(std::slice::from_ref(host))[0].0 != *n {
             envbridge::dev::nodes::label_host(&kube, *n, host)
@@ -491,7 +492,7 @@ async fn run_cycle(
     let mut timings = serde_json::Map::new();
     for (event, run_args) in [
         ("CONFIGURE", vec![]),
-        ("START", vec![("run_number", "1"), ("run_type", "PHYSICS")]),
+        ("START", vec![("run_type", "PHYSICS")]),
         ("STOP", vec![]),
         ("RESET", vec![]),
     ] {
@@ -664,19 +665,42 @@ pub(super) async fn create(
     Ok(reply)
 }
 
+/// The plane the demo runs on: its STARTs take their run numbers from the same counter as
+/// the daemon's o2control START_ACTIVITY (`bridge::run_numbers`), so that no two runs of
+/// the plane share a number whichever API started them.
+static PLANE: std::sync::OnceLock<kube::Client> = std::sync::OnceLock::new();
+
+/// The next run number of the plane's counter.
+async fn next_run_number() -> Result<String, String> {
+    let client = PLANE.get().ok_or("the demo's client is not set up yet")?;
+    envbridge::bridge::run_numbers::next(
+        client,
+        "envbridge-system",
+        envbridge::bridge::run_numbers::DEFAULT_NAME,
+    )
+    .await
+    .map(|n| n.to_string())
+    .map_err(|e| format!("run number: {e}"))
+}
+
+/// A transition, waited for; a START takes the next run number.
 pub(super) async fn transition(
     api: &mut Client,
     id: &str,
     event: &str,
     args: &[(&str, &str)],
 ) -> Result<pb::TransitionReply, String> {
+    let mut arguments: std::collections::HashMap<String, String> = args
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if event == "START" && !arguments.contains_key("run_number") {
+        arguments.insert("run_number".into(), next_run_number().await?);
+    }
     let req = pb::TransitionRequest {
         id: id.into(),
         event: event.into(),
-        arguments: args
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        arguments,
         wait: true,
         ..Default::default()
     };

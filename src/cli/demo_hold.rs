@@ -57,7 +57,7 @@ pub async fn hold(
     .await?;
     for (event, args) in [
         ("CONFIGURE", &[][..]),
-        ("START", &[("run_number", "3"), ("run_type", "PHYSICS")][..]),
+        ("START", &[("run_type", "PHYSICS")][..]),
     ] {
         let r = transition(api, &env.id, event, args).await?;
         if !r.ok {

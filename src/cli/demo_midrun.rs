@@ -50,7 +50,7 @@ pub async fn show(
         .map_err(|s| format!("WatchEvents: {}", s.message()))?
         .into_inner();
     for event in ["CONFIGURE", "START"] {
-        let r = transition(api, &env.id, event, &[("run_number", "2")]).await?;
+        let r = transition(api, &env.id, event, &[]).await?;
         if !r.ok {
             return Err(format!("{event} of {}: {}", env.id, r.message));
         }
