@@ -78,6 +78,9 @@ pub fn env_record(r: &Roster, env: &Environment) -> EnvRecord {
             .as_ref()
             .and_then(|t| t.run_number())
             .map(Into::into),
+        description: env.spec.description.as_deref().map(Into::into),
+        variables: std::sync::Arc::new(env.spec.variables.clone()),
+        run_variables: std::sync::Arc::new(env.spec.run_variables.clone()),
         created_at: env
             .metadata
             .creation_timestamp

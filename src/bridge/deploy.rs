@@ -67,12 +67,21 @@ fn base32(bytes: &[u8]) -> String {
     out
 }
 
+/// The most a create's variables may weigh in all: they are kept on the Environment.
+const MAX_VARIABLES_BYTES: usize = 256 * 1024;
+
 impl Bridge {
     /// Renders and applies a new environment (see the module doc).
     pub async fn create(&self, spec: &CreateSpec) -> Result<Created> {
         self.ensure_leader()?;
         let id = environment_id(spec)?;
-        self.check_caller_vars(spec)?;
+        let size: usize = spec.variables.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if size > MAX_VARIABLES_BYTES {
+            return Err(BridgeError::Invalid(vec![format!(
+                "variables: {size} bytes in all, at most {MAX_VARIABLES_BYTES} (they are kept on the Environment object)"
+            )]));
+        }
+        let description = self.check_caller_vars(spec)?;
         let name = crate::plan::names::environment_name(&id);
         let ns = self.cfg.namespace_for(&name);
         let _one_at_a_time = self.create_lock.lock().await;
@@ -89,9 +98,12 @@ impl Bridge {
         for (node, ports) in in_sets {
             taken.entry(node).or_default().extend(ports);
         }
-        let objs = self.render_bounded(spec, &id, &taken).await?;
+        let mut objs = self.render_bounded(spec, &id, &taken).await?;
         self.check_caller_render(spec, &id, &taken, &objs).await?;
         self.check_detectors(&objs, held)?;
+        // The caller's variables stay on the Environment: the anchor's clients show them.
+        objs.environment.spec.variables = spec.variables.clone();
+        objs.environment.spec.description = description;
         self.apply(objs, &ns, &taken).await
     }
 
@@ -128,12 +140,12 @@ impl Bridge {
 
     /// What a caller asked, before anything is rendered: only `hosts`, the workflow's public
     /// variables (with fitting values) and the site's allow-list, within the hosts quota.
-    fn check_caller_vars(&self, spec: &CreateSpec) -> Result<()> {
+    fn check_caller_vars(&self, spec: &CreateSpec) -> Result<Option<String>> {
         let path = super::render::workflow_file(&self.cfg, &spec.workflow)?;
-        let declared = match crate::workflow::load::load_workflow(&path) {
-            Ok(wf) => crate::workflow::public::declared(&wf),
+        let (declared, description) = match crate::workflow::load::load_workflow(&path) {
+            Ok(wf) => (crate::workflow::public::declared(&wf), wf.description),
             // The render reports a workflow that does not load, with its location.
-            Err(_) => Vec::new(),
+            Err(_) => (Vec::new(), None),
         };
         // The site's allow-listed variables are an admin's.
         let mut policy = self.cfg.caller.clone();
@@ -142,7 +154,7 @@ impl Bridge {
         }
         let problems = caller::check(&policy, &spec.workflow, &declared, &spec.variables);
         if problems.is_empty() {
-            Ok(())
+            Ok(description)
         } else {
             Err(BridgeError::Invalid(problems))
         }

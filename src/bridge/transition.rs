@@ -155,12 +155,28 @@ impl Bridge {
         // A JSON patch that sets the whole transition: a merge patch would merge `arguments`
         // into the previous transition's, so START's run number would stay in STOP, RESET and
         // the next CONFIGURE. Each transition carries exactly the arguments given for it.
-        let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-            { "op": "add", "path": "/spec/desiredState", "value": event.target() },
-            { "op": "add", "path": "/spec/transition",
-              "value": { "id": id, "event": event, "arguments": args } },
-        ]))
-        .map_err(|e| BridgeError::Invalid(vec![format!("transition patch: {e}")]))?;
+        let mut ops = vec![
+            serde_json::json!({ "op": "add", "path": "/spec/desiredState", "value": event.target() }),
+            serde_json::json!({ "op": "add", "path": "/spec/transition",
+              "value": { "id": id, "event": event, "arguments": args } }),
+        ];
+        // The run's variables, over the previous run's as the roster has them (a STOP
+        // follows the START it ends, which the roster has seen once that START was answered).
+        let previous = self
+            .roster
+            .env(key)
+            .map(|e| e.run_variables.clone())
+            .unwrap_or_default();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        if let Some(vars) = crate::crd::run_variables(event, args, &previous, now) {
+            ops.push(
+                serde_json::json!({ "op": "add", "path": "/spec/runVariables", "value": vars }),
+            );
+        }
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
+            .map_err(|e| BridgeError::Invalid(vec![format!("transition patch: {e}")]))?;
         let pp = PatchParams {
             field_manager: Some(self.cfg.field_manager.clone()),
             ..PatchParams::default()

@@ -46,6 +46,19 @@ pub struct EnvironmentSpec {
     pub desired_state: State,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transition: Option<TransitionRequest>,
+    /// The workflow's description, when its file tags it `!public` (what the anchor's
+    /// clients show).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The variables the caller gave at create (`hosts`, public ones, an admin's site
+    /// ones): the anchor's user variables, as its clients show them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub variables: BTreeMap<String, String>,
+    /// The current or last run's variables, which the anchor keeps among the user variables:
+    /// START's run parameters and `run_start_time_ms`, then STOP's and `run_end_time_ms`
+    /// (`bridge::transition::run_variables`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub run_variables: BTreeMap<String, String>,
 }
 
 /// A TaskSet the environment consists of, with the BLAKE3 (hex) of its `spec.tasks` JSON

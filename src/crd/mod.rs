@@ -14,7 +14,9 @@ pub use environment::{
 pub use task::{Task, TaskSpec, TaskStatus};
 pub use task_set::{TaskSet, TaskSetSpec};
 pub use task_template::{TaskTemplate, TaskTemplateSpec};
-pub use transition::{TransitionPhase, TransitionRequest, TransitionStatus, run_number_in};
+pub use transition::{
+    TransitionPhase, TransitionRequest, TransitionStatus, run_number_in, run_variables,
+};
 
 use kube::CustomResourceExt;
 

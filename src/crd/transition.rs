@@ -41,6 +41,28 @@ pub fn run_number_in(arguments: &BTreeMap<String, String>) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// The run variables an Environment keeps after `event` (None: unchanged), as the anchor
+/// keeps them among its user variables: START begins a new run's, its arguments (the run
+/// parameters: `run_number`, `run_type`, ...) with `run_start_time_ms` (given, else
+/// `now_ms`); STOP adds its own arguments to the run's, with `run_end_time_ms` (given, else
+/// `now_ms`).
+pub fn run_variables(
+    event: Event,
+    arguments: &BTreeMap<String, String>,
+    previous: &BTreeMap<String, String>,
+    now_ms: i64,
+) -> Option<BTreeMap<String, String>> {
+    let (mut vars, time_key) = match event {
+        Event::Start => (BTreeMap::new(), "run_start_time_ms"),
+        Event::Stop => (previous.clone(), "run_end_time_ms"),
+        _ => return None,
+    };
+    vars.extend(arguments.iter().map(|(k, v)| (k.clone(), v.clone())));
+    vars.entry(time_key.to_string())
+        .or_insert_with(|| now_ms.to_string());
+    Some(vars)
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum TransitionPhase {
     Running,
@@ -57,4 +79,49 @@ pub struct TransitionStatus {
     pub phase: TransitionPhase,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_run_keeps_its_start_and_end_among_its_variables() {
+        let old = map(&[("run_number", "6"), ("run_end_time_ms", "5")]);
+        let start = run_variables(Event::Start, &map(&[("run_number", "7")]), &old, 100).unwrap();
+        assert_eq!(
+            start,
+            map(&[("run_number", "7"), ("run_start_time_ms", "100")])
+        );
+        let given = run_variables(
+            Event::Start,
+            &map(&[("run_start_time_ms", "90")]),
+            &old,
+            100,
+        );
+        assert_eq!(given.unwrap()["run_start_time_ms"], "90");
+        let stop = run_variables(Event::Stop, &BTreeMap::new(), &start, 200).unwrap();
+        assert_eq!(
+            stop,
+            map(&[
+                ("run_number", "7"),
+                ("run_start_time_ms", "100"),
+                ("run_end_time_ms", "200")
+            ])
+        );
+        assert_eq!(
+            run_variables(Event::Reset, &BTreeMap::new(), &stop, 300),
+            None
+        );
+        assert_eq!(
+            run_variables(Event::Configure, &BTreeMap::new(), &stop, 300),
+            None
+        );
+    }
 }

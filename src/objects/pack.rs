@@ -133,6 +133,9 @@ pub fn from_plan(
         hooks,
         desired_state: State::Standby,
         transition: None,
+        description: None,
+        variables: Default::default(),
+        run_variables: Default::default(),
     };
     let mut environment = Environment::new(&env_name, spec);
     environment.metadata = meta(&env_name, namespace, &env_name);

@@ -91,6 +91,13 @@ pub struct EnvRecord {
     pub deleting: bool,
     /// The run number START asked for, while START is the transition last requested.
     pub run_number: Option<Str>,
+    /// The workflow's public description (spec.description).
+    pub description: Option<std::sync::Arc<str>>,
+    /// What the caller gave at create (spec.variables) ...
+    pub variables: std::sync::Arc<BTreeMap<String, String>>,
+    /// ... and the current or last run's variables (spec.runVariables: run number, start
+    /// and end times): together the anchor's user variables.
+    pub run_variables: std::sync::Arc<BTreeMap<String, String>>,
     /// metadata.creationTimestamp (UNIX_EPOCH when unknown).
     pub created_at: SystemTime,
     pub changed_at: SystemTime,

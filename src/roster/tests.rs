@@ -23,6 +23,9 @@ fn env(tasks: u32) -> EnvRecord {
         failing_critical: 0,
         deleting: false,
         run_number: None,
+        description: None,
+        variables: Default::default(),
+        run_variables: Default::default(),
         created_at: SystemTime::UNIX_EPOCH,
         changed_at: SystemTime::UNIX_EPOCH,
     }

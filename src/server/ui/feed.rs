@@ -148,6 +148,9 @@ mod tests {
             failing_critical: 0,
             deleting: false,
             run_number: None,
+            description: None,
+            variables: Default::default(),
+            run_variables: Default::default(),
             created_at: std::time::SystemTime::UNIX_EPOCH,
             changed_at: std::time::SystemTime::UNIX_EPOCH,
         }

@@ -261,6 +261,9 @@ pub fn synthetic_env(key: &EnvKey, tasks: u32) -> EnvRecord {
         failing_critical: 0,
         deleting: false,
         run_number: Some("77".into()),
+        description: None,
+        variables: Default::default(),
+        run_variables: Default::default(),
         created_at: SystemTime::now(),
         changed_at: SystemTime::now(),
     }
