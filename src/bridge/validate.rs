@@ -36,6 +36,12 @@ pub fn static_problems(
             "namespace {namespace:?} is not a DNS-1123 label (at most 63 characters)"
         ));
     }
+    if objs.tasks().next().is_none() && objs.environment.spec.hooks.is_empty() {
+        p.push(format!(
+            "workflow {}: it renders no task (are `hosts` empty?): nothing to run",
+            objs.environment.spec.workflow
+        ));
+    }
     let mut seen = BTreeSet::new();
     for t in objs.tasks() {
         if !dns_label(&t.name) {
@@ -170,6 +176,10 @@ mod tests {
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(p[0].contains("Bad_Name"));
         assert!(p[1].contains("47102"));
+        let empty = pack("e1", "e1", "wf", vec![]);
+        let p = static_problems(&empty, "ns", &BTreeMap::new());
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("renders no task"), "{p:?}");
     }
 
     #[test]

@@ -63,6 +63,11 @@
     return el('input', { id, name, type: field(d, 'type') === 'number' ? 'number' : 'text', step: 'any', value: def });
   }
 
+  // A detector selector with no values to offer follows the hosts (the anchor's `detectors`,
+  // from the inventory): this form sets the hosts themselves and leaves it out.
+  const shown = (d) => !(widgetOf(d) === 'detectorSelector' && !valuesOf(d).length);
+  const varsOf = (wf) => (wf ? wf.vars.filter(shown) : []);
+
   function build() {
     const wf = workflows.find((w) => w.name === wfSel.value);
     fieldsBox.replaceChildren();
@@ -70,8 +75,9 @@
     if (wf.error) fieldsBox.append(el('p', { class: 'error', text: wf.error }));
     const panels = new Map();
     // Panels: main first, advanced last, others between by name; in a panel, by `index`.
-    const rank = (d) => { const p = field(d, 'panel') || 'mainPanel'; return p === 'mainPanel' ? '0' : p === 'advancedPanel' ? '2' : '1' + p; };
-    const vars = [...wf.vars].sort((a, b) => rank(a).localeCompare(rank(b)) || (Number(field(a, 'index')) || 0) - (Number(field(b, 'index')) || 0) || a.name.localeCompare(b.name));
+    const main = (p) => ['mainpanel', 'general_configuration', 'basic_configuration'].includes(String(p).toLowerCase());
+    const rank = (d) => { const p = field(d, 'panel') || 'mainPanel'; return main(p) ? '0' : p === 'advancedPanel' ? '2' : '1' + p; };
+    const vars = varsOf(wf).sort((a, b) => rank(a).localeCompare(rank(b)) || (Number(field(a, 'index')) || 0) - (Number(field(b, 'index')) || 0) || a.name.localeCompare(b.name));
     for (const d of vars) {
       const panel = field(d, 'panel') || 'mainPanel';
       if (!panels.has(panel)) panels.set(panel, el('fieldset', { 'data-panel': panel }, el('legend', { text: panelTitle(panel) })));
@@ -87,7 +93,7 @@
   }
 
   function panelTitle(p) {
-    const t = String(p).replace(/Panel$/, '').replace(/([A-Z])/g, ' $1').trim();
+    const t = String(p).replace(/Panel$/, '').replace(/_/g, ' ').replace(/([a-z])([A-Z])/g, '$1 $2').trim();
     return t ? t[0].toUpperCase() + t.slice(1) : 'Variables';
   }
 
@@ -127,13 +133,13 @@
   function currentVars() {
     const wf = workflows.find((w) => w.name === wfSel.value);
     const vals = {};
-    for (const d of (wf ? wf.vars : [])) vals[d.name] = valueOf(d);
+    for (const d of varsOf(wf)) vals[d.name] = valueOf(d);
     return [wf, vals];
   }
 
   function visibility() {
     const [wf, vals] = currentVars();
-    for (const d of (wf ? wf.vars : [])) {
+    for (const d of varsOf(wf)) {
       const cond = field(d, 'visibleif');
       const box = $('[data-var="' + CSS.escape(d.name) + '"]', form);
       if (box) box.hidden = !!cond && !visible(cond, vals);
@@ -150,7 +156,7 @@
     const variables = {
       hosts: hosts.startsWith('[') ? hosts : JSON.stringify(hosts.split(',').map((h) => h.trim()).filter((h) => h)),
     };
-    for (const d of wf.vars) {
+    for (const d of varsOf(wf)) {
       const box = $('[data-var="' + CSS.escape(d.name) + '"]', form);
       if (box && !box.hidden) variables[d.name] = vals[d.name];
     }
