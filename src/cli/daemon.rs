@@ -70,6 +70,12 @@ pub struct DaemonArgs {
     #[arg(long, env = "ENVBRIDGE_O2CONTROL_RUN_NUMBERS", value_name = "NAMESPACE/NAME", value_parser = namespaced_name)]
     #[serde(deserialize_with = "daemon_file::o2control_run_numbers")]
     pub o2control_run_numbers: Option<(String, String)>,
+    /// The CA certificates (PEM) whose client certificates the o2control listener
+    /// accepts: with it the listener speaks TLS (its certificate --tls-cert/--tls-key),
+    /// every caller presents a certificate, and the certificate's subject CN is looked up
+    /// among --token-file's names for its role. Required beyond loopback.
+    #[arg(long, env = "ENVBRIDGE_O2CONTROL_CLIENT_CA", value_name = "FILE")]
+    pub o2control_client_ca: Option<PathBuf>,
     /// Put every environment in this namespace.
     #[arg(
         long,
@@ -382,11 +388,16 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
             if let Some(at) = a.o2control_run_numbers {
                 o.run_numbers = at;
             }
+            o.client_ca = a.o2control_client_ca;
+            o.role_given = role.is_some();
             Some(o)
         }
         (None, Some(_)) => return Err("o2control-role needs o2control-listen".into()),
         (None, None) if a.o2control_run_numbers.is_some() => {
             return Err("o2control-run-numbers needs o2control-listen".into());
+        }
+        (None, None) if a.o2control_client_ca.is_some() => {
+            return Err("o2control-client-ca needs o2control-listen".into());
         }
         (None, None) => None,
     };
@@ -616,7 +627,7 @@ mod tests {
     }
 
     #[test]
-    fn the_o2control_listener_is_loopback_only_with_one_role() {
+    fn the_o2control_listener_needs_client_certificates_beyond_loopback() {
         let on = |addr: &str, role: Option<Role>| DaemonArgs {
             insecure_no_auth: true,
             o2control_listen: Some(addr.parse().expect("addr")),
@@ -632,9 +643,18 @@ mod tests {
             .err()
             .expect("beyond loopback");
         assert!(
-            e.contains("requires TLS with client certificates, which is not implemented yet"),
+            e.contains("requires TLS with client certificates")
+                && e.contains("--o2control-client-ca"),
             "{e}"
         );
+        let e = resolve(DaemonArgs {
+            insecure_no_auth: true,
+            o2control_client_ca: Some("ca.pem".into()),
+            ..Default::default()
+        })
+        .err()
+        .expect("a client CA without a listener");
+        assert!(e.contains("needs o2control-listen"), "{e}");
         let e = resolve(DaemonArgs {
             insecure_no_auth: true,
             o2control_role: Some(Role::Operator),

@@ -64,6 +64,7 @@ impl DaemonArgs {
             o2control_listen,
             o2control_role,
             o2control_run_numbers,
+            o2control_client_ca,
             namespace,
             namespace_prefix,
             watch_namespace,

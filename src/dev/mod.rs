@@ -15,7 +15,7 @@ pub mod image;
 pub mod kubeconfig;
 pub mod nodes;
 mod paths;
-mod pki;
+pub mod pki;
 mod plane;
 pub mod process;
 pub mod realnode;

@@ -179,6 +179,15 @@ impl Tokens {
         Tokens::parse(&text, &path.display().to_string())
     }
 
+    /// The role of the caller named `name` (the o2control listener maps a client
+    /// certificate's subject to it).
+    pub fn role_of(&self, name: &str) -> Option<Role> {
+        self.entries
+            .iter()
+            .find(|(_, c)| c.name == name)
+            .map(|(_, c)| c.role)
+    }
+
     /// The caller a token identifies. Every digest is compared, each in constant time.
     pub fn identify(&self, given: &str) -> Option<Caller> {
         let d = digest(given);

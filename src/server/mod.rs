@@ -73,14 +73,25 @@ pub enum ServerError {
     #[error("reflection: {0}")]
     Reflection(String),
     #[error(
-        "refusing --o2control-listen {0}: beyond loopback the o2control listener requires TLS with client certificates, which is not implemented yet; listen on 127.0.0.1 or ::1"
+        "refusing --o2control-listen {0}: beyond loopback the o2control listener requires TLS with client certificates (--o2control-client-ca CA.pem with --tls-cert, --tls-key and a --token-file naming the callers); or listen on 127.0.0.1 or ::1"
     )]
     O2ControlBeyondLoopback(SocketAddr),
+    #[error("o2control TLS: {0}")]
+    O2ControlTls(String),
     #[error("--o2control-role {0}: give viewer or operator")]
     O2ControlRole(auth::Role),
 }
 
 impl ServerConfig {
+    /// What the o2control listener takes of these settings for its TLS.
+    pub fn o2control_tls(&self) -> o2control::TlsParts<'_> {
+        o2control::TlsParts {
+            cert: self.tls_cert.as_deref(),
+            key: self.tls_key.as_deref(),
+            tokens: self.tokens.as_ref(),
+        }
+    }
+
     /// The security rule: beyond loopback, a token and TLS are both mandatory.
     pub fn check(&self) -> Result<(), ServerError> {
         if self.tokens.is_none() && !self.insecure {
@@ -96,7 +107,7 @@ impl ServerConfig {
             ));
         }
         if let Some(o) = &self.o2control {
-            o.check()?;
+            o.check(&self.o2control_tls())?;
         }
         Ok(())
     }
@@ -193,7 +204,8 @@ pub async fn serve(
         .add_service(svc);
     let o2control = match &cfg.o2control {
         Some(o) => {
-            let (addr, handle) = o2control::serve(bridge.clone(), o, stop.clone()).await?;
+            let (addr, handle) =
+                o2control::serve(bridge.clone(), o, &cfg.o2control_tls(), stop.clone()).await?;
             bound.o2control = Some(addr);
             Some(handle)
         }

@@ -19,6 +19,10 @@ mod fixture;
 mod live;
 #[path = "daemon/o2control.rs"]
 mod o2control;
+#[path = "daemon/o2control_auto.rs"]
+mod o2control_auto;
+#[path = "daemon/o2control_tls.rs"]
+mod o2control_tls;
 #[path = "daemon/plane.rs"]
 mod plane;
 #[path = "daemon/sim.rs"]

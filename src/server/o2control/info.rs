@@ -40,6 +40,57 @@ pub fn task(t: &TaskRecord, env: &EnvRecord) -> pb::TaskInfo {
     }
 }
 
+/// What GetTask adds from the Task object itself: its command (`commandInfo`), its
+/// channels (a `bind` channel is inbound, a `connect` one outbound, as the anchor lists
+/// them) and its CONFIGURE properties.
+pub fn task_detail(r: &crate::model::TaskRef, info: &mut pb::TaskInfo) {
+    info.command_info = Some(pb::CommandInfo {
+        env: r
+            .env
+            .iter()
+            .map(|e| format!("{}={}", e.name, e.value))
+            .collect(),
+        shell: r.shell,
+        value: r.command.clone(),
+        arguments: r.args.iter().map(|a| a.to_string()).collect(),
+        user: r.user.clone().unwrap_or_default(),
+    });
+    // `chans.<name>.<i>.<field>`: one ChannelInfo per channel, from its first socket.
+    let mut chans: std::collections::BTreeMap<&str, (String, String, String)> = Default::default();
+    for (k, v) in &r.channels {
+        let mut parts = k.splitn(4, '.');
+        let (Some("chans"), Some(name), Some("0"), Some(field)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let c = chans.entry(name).or_default();
+        match field {
+            "method" => c.0 = v.to_string(),
+            "type" => c.1 = v.to_string(),
+            "address" => c.2 = v.to_string(),
+            _ => {}
+        }
+    }
+    for (name, (method, kind, target)) in chans {
+        let c = pb::ChannelInfo {
+            name: name.to_string(),
+            r#type: kind,
+            target,
+        };
+        if method == "bind" {
+            info.inbound_channels.push(c);
+        } else {
+            info.outbound_channels.push(c);
+        }
+    }
+    info.properties = r
+        .properties
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+}
+
 /// The transition under way: requested in the spec and not yet settled by the status.
 fn current_transition(e: &EnvRecord) -> String {
     let Some((id, ev)) = &e.requested else {
@@ -91,31 +142,70 @@ pub fn environment(
         number_of_hosts: number_of_hosts as i32,
         number_of_tasks: e.tasks as i32,
         current_transition: current_transition(e),
+        user_vars: user_vars(e),
+        description: e.description.as_deref().unwrap_or_default().to_string(),
         number_of_active_tasks: active as i32,
         number_of_inactive_tasks: (e.tasks as usize).saturating_sub(active) as i32,
         ..Default::default()
     }
 }
 
-/// GetIntegratedServices: the integration plugins the daemon is configured with, by plugin
-/// name, each with its endpoint. envbridge calls them per request and keeps no connection,
-/// so their connection state is IDLE.
+/// The anchor's user variables: the caller's at create, then the run's (a run variable
+/// wins over a caller's of the same name, as the anchor's runtime variables do).
+/// `environment_id` is always there, as the anchor sets it for every environment (its
+/// clients read the map as absent when it is empty).
+pub fn user_vars(e: &EnvRecord) -> std::collections::HashMap<String, String> {
+    let mut vars: std::collections::HashMap<String, String> = e
+        .variables
+        .iter()
+        .chain(e.run_variables.iter())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    vars.insert("environment_id".into(), e.id.to_string());
+    vars
+}
+
+/// The integration plugins the anchor's core knows: GetIntegratedServices lists each, as
+/// the anchor lists its registered plugins, enabled or not.
+pub const KNOWN_PLUGINS: [&str; 8] = [
+    "bookkeeping",
+    "ccdb",
+    "dcs",
+    "ddsched",
+    "kafka",
+    "lhc",
+    "odc",
+    "trg",
+];
+
+/// GetIntegratedServices: the anchor's plugins and any other the daemon is configured with,
+/// by plugin name. A configured one is enabled, with its endpoint; envbridge calls it per
+/// request and keeps no connection, so its connection state is IDLE. One not configured is
+/// listed disabled with nothing else, as the anchor lists a plugin it did not load.
 pub fn integrated_services(
     plugins: &std::collections::BTreeMap<String, String>,
 ) -> std::collections::HashMap<String, pb::IntegratedServiceInfo> {
-    plugins
+    let mut out: std::collections::HashMap<String, pb::IntegratedServiceInfo> = KNOWN_PLUGINS
         .iter()
-        .map(|(name, endpoint)| {
+        .map(|name| {
             let info = pb::IntegratedServiceInfo {
-                name: name.clone(),
-                enabled: true,
-                endpoint: endpoint.clone(),
-                connection_state: "IDLE".into(),
-                data: "{}".into(),
+                name: name.to_string(),
+                ..Default::default()
             };
-            (name.clone(), info)
+            (name.to_string(), info)
         })
-        .collect()
+        .collect();
+    for (name, endpoint) in plugins {
+        let info = pb::IntegratedServiceInfo {
+            name: name.clone(),
+            enabled: true,
+            endpoint: endpoint.clone(),
+            connection_state: "IDLE".into(),
+            data: "{}".into(),
+        };
+        out.insert(name.clone(), info);
+    }
+    out
 }
 
 /// The daemon's own version in the anchor's shape.
@@ -156,6 +246,9 @@ mod tests {
             failing_critical: 0,
             deleting: false,
             run_number: None,
+            description: None,
+            variables: Default::default(),
+            run_variables: Default::default(),
             created_at: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
             changed_at: SystemTime::now(),
         }
@@ -239,15 +332,18 @@ mod tests {
     }
 
     #[test]
-    fn integrated_services_are_the_configured_plugins() {
-        let plugins = [(
-            "bookkeeping".to_string(),
-            "http://127.0.0.1:9/bk".to_string(),
-        )]
+    fn integrated_services_are_the_anchors_plugins_and_the_configured_ones() {
+        let plugins = [
+            (
+                "bookkeeping".to_string(),
+                "http://127.0.0.1:9/bk".to_string(),
+            ),
+            ("site".to_string(), "http://127.0.0.1:9/site".to_string()),
+        ]
         .into_iter()
         .collect();
         let s = integrated_services(&plugins);
-        assert_eq!(s.len(), 1);
+        assert_eq!(s.len(), KNOWN_PLUGINS.len() + 1);
         let b = &s["bookkeeping"];
         assert!(b.enabled);
         assert_eq!(b.endpoint, "http://127.0.0.1:9/bk");
@@ -255,7 +351,56 @@ mod tests {
             (b.connection_state.as_str(), b.data.as_str()),
             ("IDLE", "{}")
         );
-        assert!(integrated_services(&Default::default()).is_empty());
+        assert!(s["site"].enabled);
+        let dcs = &s["dcs"];
+        assert!(!dcs.enabled && dcs.endpoint.is_empty() && dcs.connection_state.is_empty());
+        // Never empty: the anchor's clients read an empty map as no map at all.
+        let none = integrated_services(&Default::default());
+        assert_eq!(none.len(), KNOWN_PLUGINS.len());
+        assert!(none.values().all(|p| !p.enabled));
+    }
+
+    #[test]
+    fn get_task_shows_the_command_and_the_channels() {
+        let r = crate::model::TaskRef {
+            command: "/opt/o2/bin/o2-readout-exe".into(),
+            args: vec!["--id".into(), "readout".into()],
+            env: vec![crate::model::EnvVar {
+                name: "O2_ROLE".into(),
+                value: "flp001".into(),
+            }],
+            channels: [
+                ("chans.readout.0.method", "bind"),
+                ("chans.readout.0.type", "push"),
+                ("chans.readout.0.address", "ipc://@readout"),
+                ("chans.out.0.method", "connect"),
+                ("chans.out.0.type", "pull"),
+                ("chans.out.0.address", "tcp://flp002:5000"),
+                ("chans.out.numSockets", "1"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect(),
+            properties: [("environment_id".to_string(), "e1".to_string())].into(),
+            ..Default::default()
+        };
+        let mut info = pb::TaskInfo::default();
+        task_detail(&r, &mut info);
+        let c = info.command_info.unwrap();
+        assert_eq!(c.value, "/opt/o2/bin/o2-readout-exe");
+        assert_eq!(c.arguments, ["--id", "readout"]);
+        assert_eq!(c.env, ["O2_ROLE=flp001"]);
+        assert_eq!(info.inbound_channels.len(), 1);
+        assert_eq!(
+            (
+                info.inbound_channels[0].name.as_str(),
+                info.inbound_channels[0].r#type.as_str(),
+                info.inbound_channels[0].target.as_str()
+            ),
+            ("readout", "push", "ipc://@readout")
+        );
+        assert_eq!(info.outbound_channels[0].target, "tcp://flp002:5000");
+        assert_eq!(info.properties["environment_id"], "e1");
     }
 
     #[test]

@@ -8,30 +8,36 @@
 //!   is calling (one configured role, `requestUser` as a claim); `templates`: the workflows
 //!   directory as the anchor's one repository; `roles`: the workflow tree (RoleInfo) from the
 //!   roster's task paths; `detectors`: the store's inventory against the roster; `glob`: the anchor's patterns; `writes`: the methods that change
-//!   environments.
+//!   environments; `auto`: NewAutoEnvironment and Subscribe; `events`: roster changes as the
+//!   anchor's events; `subscriptions`: Subscribe's streams by id.
 
 mod apricot;
+mod auto;
 pub mod caller;
 mod detectors;
+mod events;
 mod glob;
 pub mod info;
 pub mod pb;
 mod roles;
 mod service;
 pub mod state_map;
+mod subscriptions;
 mod templates;
 mod writes;
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Server;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use super::ServerError;
-use super::auth::Role;
+use super::auth::{Role, Tokens};
 use crate::bridge::Bridge;
 
 /// The o2control listener's settings.
@@ -44,6 +50,20 @@ pub struct O2ControlConfig {
     pub instance_name: String,
     /// The ConfigMap (namespace, name) START_ACTIVITY's run numbers come from.
     pub run_numbers: (String, String),
+    /// `--o2control-client-ca`: TLS with client certificates verified against these CAs
+    /// (the daemon's `--tls-cert`/`--tls-key` as the listener's own); required beyond
+    /// loopback.
+    pub client_ca: Option<PathBuf>,
+    /// Whether `role` was given (`--o2control-role`): with client certificates it is the
+    /// token file that gives roles, and a role given as well is refused.
+    pub role_given: bool,
+}
+
+/// What the o2control listener needs of the daemon's own settings when it speaks TLS.
+pub struct TlsParts<'a> {
+    pub cert: Option<&'a Path>,
+    pub key: Option<&'a Path>,
+    pub tokens: Option<&'a Arc<Tokens>>,
 }
 
 impl O2ControlConfig {
@@ -56,17 +76,41 @@ impl O2ControlConfig {
                 "envbridge-system".to_string(),
                 crate::bridge::run_numbers::DEFAULT_NAME.to_string(),
             ),
+            client_ca: None,
+            role_given: false,
         }
     }
 
-    /// Loopback only, for now: beyond it the callers must be identified by client
-    /// certificates, which are not implemented yet.
-    pub fn check(&self) -> Result<(), ServerError> {
-        if !self.addr.ip().is_loopback() {
-            return Err(ServerError::O2ControlBeyondLoopback(self.addr));
-        }
+    /// Beyond loopback the callers must be identified by client certificates; with them,
+    /// the listener needs its own certificate and key and the token file's names.
+    pub fn check(&self, tls: &TlsParts<'_>) -> Result<(), ServerError> {
         if self.role > Role::Operator {
             return Err(ServerError::O2ControlRole(self.role));
+        }
+        let Some(ca) = &self.client_ca else {
+            if !self.addr.ip().is_loopback() {
+                return Err(ServerError::O2ControlBeyondLoopback(self.addr));
+            }
+            return Ok(());
+        };
+        let missing = |what: &str| {
+            Err(ServerError::O2ControlTls(format!(
+                "--o2control-client-ca {} needs {what}",
+                ca.display()
+            )))
+        };
+        if tls.cert.is_none() || tls.key.is_none() {
+            return missing("--tls-cert and --tls-key (the listener's own certificate)");
+        }
+        if tls.tokens.is_none() {
+            return missing(
+                "--token-file naming the callers (a certificate's subject CN is looked up there)",
+            );
+        }
+        if self.role_given {
+            return Err(ServerError::O2ControlTls(
+                "--o2control-role: with --o2control-client-ca each caller's role is its name's in the token file".into(),
+            ));
         }
         Ok(())
     }
@@ -88,9 +132,26 @@ pub fn default_instance_name() -> String {
 pub async fn serve(
     bridge: Arc<Bridge>,
     cfg: &O2ControlConfig,
+    tls: &TlsParts<'_>,
     stop: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ServerError> {
-    cfg.check()?;
+    cfg.check(tls)?;
+    let read = |p: &Path| {
+        std::fs::read(p).map_err(|e| ServerError::O2ControlTls(format!("{}: {e}", p.display())))
+    };
+    let (identify, tls_config) = match (&cfg.client_ca, tls.cert, tls.key, tls.tokens) {
+        (Some(ca), Some(cert), Some(key), Some(tokens)) => {
+            let identity = Identity::from_pem(read(cert)?, read(key)?);
+            let config = ServerTlsConfig::new()
+                .identity(identity)
+                .client_ca_root(Certificate::from_pem(read(ca)?));
+            (
+                caller::Identify::by_certificate(tokens.clone()),
+                Some(config),
+            )
+        }
+        _ => (caller::Identify::loopback(cfg.role), None),
+    };
     let bind_err = |source| ServerError::Bind {
         addr: cfg.addr,
         source,
@@ -114,12 +175,18 @@ pub async fn serve(
     ))
     .max_decoding_message_size(super::MAX_MESSAGE)
     .max_encoding_message_size(64 * super::MAX_MESSAGE);
-    let apricot = pb::apricot::apricot_server::ApricotServer::new(apricot::Apricot::new(
-        bridge.clone(),
-        cfg.role,
-    ))
-    .max_decoding_message_size(super::MAX_MESSAGE);
-    let router = Server::builder()
+    let control = InterceptedService::new(control, identify.clone());
+    let apricot =
+        pb::apricot::apricot_server::ApricotServer::new(apricot::Apricot::new(bridge.clone()))
+            .max_decoding_message_size(super::MAX_MESSAGE);
+    let apricot = InterceptedService::new(apricot, identify);
+    let mut builder = Server::builder();
+    if let Some(t) = tls_config {
+        builder = builder
+            .tls_config(t)
+            .map_err(|e| ServerError::O2ControlTls(e.to_string()))?;
+    }
+    let router = builder
         .concurrency_limit_per_connection(64)
         .max_concurrent_streams(Some(256))
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
@@ -137,7 +204,11 @@ pub async fn serve(
             tracing::error!(error = %e, "o2control gRPC server failed");
         }
     });
-    tracing::info!(o2control = %bound, role = %cfg.role, "serving o2control.Control");
+    if cfg.client_ca.is_some() {
+        tracing::info!(o2control = %bound, "serving o2control.Control over TLS, callers by client certificate");
+    } else {
+        tracing::info!(o2control = %bound, role = %cfg.role, "serving o2control.Control");
+    }
     Ok((bound, handle))
 }
 
@@ -182,19 +253,45 @@ pub(crate) mod fixture {
 mod tests {
     use super::*;
 
+    fn parts<'a>(cert: bool, tokens: Option<&'a Arc<Tokens>>) -> TlsParts<'a> {
+        TlsParts {
+            cert: cert.then(|| Path::new("c.pem")),
+            key: cert.then(|| Path::new("k.pem")),
+            tokens,
+        }
+    }
+
     #[test]
-    fn loopback_only_until_client_certificates_exist() {
+    fn beyond_loopback_the_callers_need_client_certificates() {
+        let none = parts(false, None);
         let ok = O2ControlConfig::new("127.0.0.1:32767".parse().unwrap(), Role::Viewer);
-        assert!(ok.check().is_ok());
+        assert!(ok.check(&none).is_ok());
         assert!(
             O2ControlConfig::new("[::1]:32767".parse().unwrap(), Role::Operator)
-                .check()
+                .check(&none)
                 .is_ok()
         );
-        let open = O2ControlConfig::new("0.0.0.0:32767".parse().unwrap(), Role::Viewer);
-        let e = open.check().expect_err("beyond loopback").to_string();
+        let mut open = O2ControlConfig::new("0.0.0.0:32767".parse().unwrap(), Role::Viewer);
+        let e = open.check(&none).expect_err("beyond loopback").to_string();
         assert!(e.contains("TLS with client certificates"), "{e}");
-        assert!(e.contains("not implemented yet"), "{e}");
+        assert!(e.contains("--o2control-client-ca"), "{e}");
         assert!(ok.instance_name.starts_with("envbridge@"));
+
+        open.client_ca = Some("ca.pem".into());
+        let e = open.check(&none).expect_err("no certificate").to_string();
+        assert!(e.contains("--tls-cert"), "{e}");
+        let e = open
+            .check(&parts(true, None))
+            .expect_err("no names")
+            .to_string();
+        assert!(e.contains("--token-file"), "{e}");
+        let tokens = Arc::new(Tokens::admin("a-long-enough-admin-token").unwrap());
+        assert!(open.check(&parts(true, Some(&tokens))).is_ok());
+        open.role_given = true;
+        let e = open
+            .check(&parts(true, Some(&tokens)))
+            .expect_err("role and certificates")
+            .to_string();
+        assert!(e.contains("token file"), "{e}");
     }
 }

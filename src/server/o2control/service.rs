@@ -19,12 +19,14 @@ use super::roles;
 use super::templates;
 use crate::bridge::Bridge;
 use crate::roster::{EnvRecord, TaskRecord};
-use crate::server::auth::Role;
+use crate::server::auth::{Caller, Role};
 use crate::server::convert::{self, millis};
 
+#[derive(Clone)]
 pub struct Control {
     pub(super) bridge: Arc<Bridge>,
-    pub(super) role: Role,
+    /// Subscribe's streams by subscription id (NewAutoEnvironment's events).
+    pub(super) subscriptions: Arc<super::subscriptions::Subscriptions>,
     /// The ConfigMap (namespace, name) START_ACTIVITY's run numbers come from.
     pub(super) run_numbers: (String, String),
     instance_name: String,
@@ -36,15 +38,23 @@ impl Control {
     pub fn new(bridge: Arc<Bridge>, cfg: &super::O2ControlConfig) -> Self {
         Control {
             bridge,
-            role: cfg.role,
+            subscriptions: Arc::default(),
             run_numbers: cfg.run_numbers.clone(),
             instance_name: cfg.instance_name.clone(),
             framework_id: format!("envbridge-{}", uuid::Uuid::new_v4()),
         }
     }
 
-    pub(super) fn allow(&self, need: Role, rpc: &str) -> Result<(), Status> {
-        caller::require(self.role, need, rpc)
+    /// The request's caller (identified by the listener), if its role allows `rpc`.
+    pub(super) fn allow<T>(
+        &self,
+        req: &Request<T>,
+        need: Role,
+        rpc: &str,
+    ) -> Result<Caller, Status> {
+        let caller = caller::of(req);
+        caller::require(&caller, need, rpc)?;
+        Ok(caller)
     }
 
     /// Every environment the roster holds, with its tasks.
@@ -78,6 +88,16 @@ impl Control {
             .store()
             .map_err(|e| Status::unavailable(format!("configuration store: {e}")))?;
         Ok(Inventory::new(store.inventory()))
+    }
+
+    /// Where the configuration store is read: `file://PATH` or `configmap://NS/NAME`.
+    fn configuration_endpoint(&self) -> String {
+        let cfg = &self.bridge.cfg;
+        match (&cfg.config_store, &cfg.config_map) {
+            (Some(p), _) => format!("file://{}", p.display()),
+            (None, Some((ns, name))) => format!("configmap://{ns}/{name}"),
+            (None, None) => String::new(),
+        }
     }
 
     /// (active, available) detectors: those the roster's environments are on, and the rest.
@@ -128,9 +148,9 @@ control_impl! {
     served {
         async fn get_framework_info(
             &self,
-            _: Request<pb::GetFrameworkInfoRequest>,
+            req: Request<pb::GetFrameworkInfoRequest>,
         ) -> Result<Response<pb::GetFrameworkInfoReply>, Status> {
-            self.allow(Role::Viewer, "GetFrameworkInfo")?;
+            self.allow(&req, Role::Viewer, "GetFrameworkInfo")?;
             let r = &self.bridge.roster;
             let envs = r.envs();
             let mut tasks = 0usize;
@@ -162,11 +182,11 @@ control_impl! {
                 hosts_count: hosts.len() as i32,
                 instance_name: self.instance_name.clone(),
                 version: Some(info::version()),
+                configuration_endpoint: self.configuration_endpoint(),
                 detectors_in_instance: all,
                 active_detectors: active,
                 available_detectors: available,
                 timestamp: now(),
-                ..Default::default()
             }))
         }
 
@@ -174,7 +194,7 @@ control_impl! {
             &self,
             req: Request<pb::GetEnvironmentsRequest>,
         ) -> Result<Response<pb::GetEnvironmentsReply>, Status> {
-            self.allow(Role::Viewer, "GetEnvironments")?;
+            self.allow(&req, Role::Viewer, "GetEnvironments")?;
             // `showAll` asks for environments the anchor would hide; envbridge hides none.
             let r = req.into_inner();
             Ok(Response::new(pb::GetEnvironmentsReply {
@@ -188,7 +208,7 @@ control_impl! {
             &self,
             req: Request<pb::GetEnvironmentRequest>,
         ) -> Result<Response<pb::GetEnvironmentReply>, Status> {
-            self.allow(Role::Viewer, "GetEnvironment")?;
+            self.allow(&req, Role::Viewer, "GetEnvironment")?;
             let r = req.into_inner();
             let e = self.bridge.resolve(&r.id).map_err(convert::status)?;
             let tasks = self.bridge.roster.tasks_of(&e.key);
@@ -202,16 +222,17 @@ control_impl! {
                 workflow: r
                     .show_workflow_tree
                     .then(|| roles::tree(&e.workflow, &tasks)),
-                public: false,
+                // envbridge hides no environment from any caller.
+                public: true,
                 timestamp: now(),
             }))
         }
 
         async fn get_tasks(
             &self,
-            _: Request<pb::GetTasksRequest>,
+            req: Request<pb::GetTasksRequest>,
         ) -> Result<Response<pb::GetTasksReply>, Status> {
-            self.allow(Role::Viewer, "GetTasks")?;
+            self.allow(&req, Role::Viewer, "GetTasks")?;
             let r = &self.bridge.roster;
             let tasks = r
                 .envs()
@@ -229,27 +250,39 @@ control_impl! {
             &self,
             req: Request<pb::GetTaskRequest>,
         ) -> Result<Response<pb::GetTaskReply>, Status> {
-            self.allow(Role::Viewer, "GetTask")?;
+            self.allow(&req, Role::Viewer, "GetTask")?;
             let id = req.into_inner().task_id;
             let r = &self.bridge.roster;
             let found = r
                 .envs()
                 .into_iter()
-                .find_map(|e| r.task(&e.key, &id).map(|t| info::task(&t, &e)));
-            match found {
-                Some(task) => Ok(Response::new(pb::GetTaskReply {
-                    task: Some(task),
-                    timestamp: now(),
-                })),
-                None => Err(Status::not_found(format!("GetTask: no task {id:?}"))),
+                .find_map(|e| {
+                    r.task(&e.key, &id)
+                        .map(|t| (info::task(&t, &e), e.key.namespace.to_string()))
+                });
+            let Some((mut task, namespace)) = found else {
+                return Err(Status::not_found(format!("GetTask: no task {id:?}")));
+            };
+            // The command, channels and properties are on the Task object, not in the roster.
+            let api: kube::Api<crate::crd::Task> =
+                kube::Api::namespaced(self.bridge.client.clone(), &namespace);
+            match api.get_opt(&id).await {
+                Ok(Some(t)) => info::task_detail(&t.spec.task, &mut task),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(task = %id, error = %e, "GetTask: could not read the Task object"),
             }
+            Ok(Response::new(pb::GetTaskReply {
+                task: Some(task),
+                timestamp: now(),
+            }))
         }
 
         async fn new_environment(
             &self,
             req: Request<pb::NewEnvironmentRequest>,
         ) -> Result<Response<pb::NewEnvironmentReply>, Status> {
-            let r = self.create(req.into_inner(), true, "NewEnvironment").await?;
+            let caller = self.allow(&req, Role::Operator, "NewEnvironment")?;
+            let r = self.create(&caller, req.into_inner(), true, "NewEnvironment").await?;
             Ok(Response::new(r))
         }
 
@@ -257,7 +290,8 @@ control_impl! {
             &self,
             req: Request<pb::NewEnvironmentRequest>,
         ) -> Result<Response<pb::NewEnvironmentReply>, Status> {
-            let r = self.create(req.into_inner(), false, "NewEnvironmentAsync").await?;
+            let caller = self.allow(&req, Role::Operator, "NewEnvironmentAsync")?;
+            let r = self.create(&caller, req.into_inner(), false, "NewEnvironmentAsync").await?;
             Ok(Response::new(r))
         }
 
@@ -265,21 +299,23 @@ control_impl! {
             &self,
             req: Request<pb::ControlEnvironmentRequest>,
         ) -> Result<Response<pb::ControlEnvironmentReply>, Status> {
-            Ok(Response::new(self.control(req.into_inner()).await?))
+            let caller = self.allow(&req, Role::Operator, "ControlEnvironment")?;
+            Ok(Response::new(self.control(&caller, req.into_inner()).await?))
         }
 
         async fn destroy_environment(
             &self,
             req: Request<pb::DestroyEnvironmentRequest>,
         ) -> Result<Response<pb::DestroyEnvironmentReply>, Status> {
-            Ok(Response::new(self.destroy(req.into_inner()).await?))
+            let caller = self.allow(&req, Role::Operator, "DestroyEnvironment")?;
+            Ok(Response::new(self.destroy(&caller, req.into_inner()).await?))
         }
 
         async fn get_workflow_templates(
             &self,
             req: Request<pb::GetWorkflowTemplatesRequest>,
         ) -> Result<Response<pb::GetWorkflowTemplatesReply>, Status> {
-            self.allow(Role::Viewer, "GetWorkflowTemplates")?;
+            self.allow(&req, Role::Viewer, "GetWorkflowTemplates")?;
             let cfg = self.bridge.cfg.clone();
             let all = tokio::task::spawn_blocking(move || crate::bridge::templates::list(&cfg))
                 .await
@@ -295,7 +331,7 @@ control_impl! {
             &self,
             req: Request<pb::ListReposRequest>,
         ) -> Result<Response<pb::ListReposReply>, Status> {
-            self.allow(Role::Viewer, "ListRepos")?;
+            self.allow(&req, Role::Viewer, "ListRepos")?;
             let mut r = templates::repos(req.get_ref());
             r.timestamp = now();
             Ok(Response::new(r))
@@ -305,7 +341,7 @@ control_impl! {
             &self,
             req: Request<pb::GetRolesRequest>,
         ) -> Result<Response<pb::GetRolesReply>, Status> {
-            self.allow(Role::Viewer, "GetRoles")?;
+            self.allow(&req, Role::Viewer, "GetRoles")?;
             let r = req.into_inner();
             if r.env_id.is_empty() {
                 return Err(Status::invalid_argument("GetRoles: envId is required"));
@@ -326,9 +362,9 @@ control_impl! {
 
         async fn get_integrated_services(
             &self,
-            _: Request<pb::Empty>,
+            req: Request<pb::Empty>,
         ) -> Result<Response<pb::ListIntegratedServicesReply>, Status> {
-            self.allow(Role::Viewer, "GetIntegratedServices")?;
+            self.allow(&req, Role::Viewer, "GetIntegratedServices")?;
             Ok(Response::new(pb::ListIntegratedServicesReply {
                 services: info::integrated_services(&self.bridge.cfg.integrations),
                 timestamp: now(),
@@ -337,9 +373,9 @@ control_impl! {
 
         async fn get_active_detectors(
             &self,
-            _: Request<pb::Empty>,
+            req: Request<pb::Empty>,
         ) -> Result<Response<pb::GetActiveDetectorsReply>, Status> {
-            self.allow(Role::Viewer, "GetActiveDetectors")?;
+            self.allow(&req, Role::Viewer, "GetActiveDetectors")?;
             Ok(Response::new(pb::GetActiveDetectorsReply {
                 detectors: self.detector_split(&self.inventory()?).0,
                 timestamp: now(),
@@ -348,9 +384,9 @@ control_impl! {
 
         async fn get_available_detectors(
             &self,
-            _: Request<pb::Empty>,
+            req: Request<pb::Empty>,
         ) -> Result<Response<pb::GetAvailableDetectorsReply>, Status> {
-            self.allow(Role::Viewer, "GetAvailableDetectors")?;
+            self.allow(&req, Role::Viewer, "GetAvailableDetectors")?;
             Ok(Response::new(pb::GetAvailableDetectorsReply {
                 detectors: self.detector_split(&self.inventory()?).1,
                 timestamp: now(),
@@ -361,14 +397,23 @@ control_impl! {
 
         async fn subscribe(
             &self,
-            _: Request<pb::SubscribeRequest>,
+            req: Request<pb::SubscribeRequest>,
         ) -> Result<Response<EventStream>, Status> {
-            Err(unimplemented("Subscribe"))
+            self.allow(&req, Role::Viewer, "Subscribe")?;
+            let stream = Control::subscribe(self, &req.into_inner().id)?;
+            Ok(Response::new(Box::pin(stream)))
+        }
+
+        async fn new_auto_environment(
+            &self,
+            req: Request<pb::NewAutoEnvironmentRequest>,
+        ) -> Result<Response<pb::NewAutoEnvironmentReply>, Status> {
+            let caller = self.allow(&req, Role::Operator, "NewAutoEnvironment")?;
+            Ok(Response::new(self.new_auto(&caller, req.into_inner()).await?))
         }
     }
     not_yet {
         teardown(pb::TeardownRequest) -> pb::TeardownReply = "Teardown";
-        new_auto_environment(pb::NewAutoEnvironmentRequest) -> pb::NewAutoEnvironmentReply = "NewAutoEnvironment";
         modify_environment(pb::ModifyEnvironmentRequest) -> pb::ModifyEnvironmentReply = "ModifyEnvironment";
         cleanup_tasks(pb::CleanupTasksRequest) -> pb::CleanupTasksReply = "CleanupTasks";
         add_repo(pb::AddRepoRequest) -> pb::AddRepoReply = "AddRepo";

@@ -14,15 +14,23 @@ use super::info;
 use super::pb::o2control as pb;
 use super::service::Control;
 use super::state_map;
+use crate::bridge::deploy::Created;
 use crate::bridge::transition::TransitionCall;
 use crate::bridge::{Bridge, CreateSpec};
 use crate::roster::{EnvKey, Outcome};
 use crate::server::api::{audit, create_audited};
-use crate::server::auth::{Caller, Role};
+use crate::server::auth::Caller;
 use crate::server::convert::{self, millis};
 use crate::state::{Event, State};
 
 use pb::control_environment_request::Optype;
+
+/// What a create asks for, whichever o2control method it came by.
+pub(super) struct NewRequest<'a> {
+    pub workflow_template: &'a str,
+    pub vars: &'a std::collections::HashMap<String, String>,
+    pub request_user: Option<&'a super::pb::common::User>,
+}
 
 /// The workflow a `workflowTemplate` names: `NAME`, or the anchor's
 /// `REPO/workflows/NAME[@REVISION]` (the GUI's form). envbridge has one repository, its
@@ -105,6 +113,15 @@ pub fn failed_create(id: &str, why: &str) -> Status {
     )
 }
 
+fn now_ms() -> String {
+    millis(SystemTime::now()).to_string()
+}
+
+/// STOP_ACTIVITY's arguments, as the anchor's core gives them: the run's end time.
+pub(super) fn stop_arguments() -> BTreeMap<String, String> {
+    BTreeMap::from([("run_end_time_ms".to_string(), now_ms())])
+}
+
 /// A waited outcome in words: Ok when reached, else the daemon's message.
 fn outcome_words(out: Result<Outcome, crate::roster::Progress>) -> Result<(), String> {
     match out {
@@ -120,7 +137,7 @@ fn outcome_words(out: Result<Outcome, crate::roster::Progress>) -> Result<(), St
 }
 
 /// Runs `event` on environment `key` and waits for it; Ok or the daemon's words.
-async fn run(
+pub(super) async fn run(
     bridge: &Bridge,
     caller: &Caller,
     key: &EnvKey,
@@ -147,7 +164,7 @@ async fn run(
 }
 
 /// What NewEnvironment does after the create: up in STANDBY, then CONFIGURE.
-async fn deploy_and_configure(
+pub(super) async fn deploy_and_configure(
     bridge: &Bridge,
     caller: &Caller,
     key: &EnvKey,
@@ -171,20 +188,19 @@ impl Control {
             .map(|e| self.environment(&e, &r.tasks_of(key), true, &inv))
     }
 
-    /// NewEnvironment (`wait`: deployed and configured before the answer, as the anchor's
-    /// core does) and NewEnvironmentAsync (answered once created).
-    pub(super) async fn create(
+    /// Creates the environment a request asks for (nothing deployed yet): the key, the
+    /// caller and the create's answer. A refused variable or an unknown workflow is
+    /// INVALID_ARGUMENT with nothing written; any other failure the anchor's failed create.
+    pub(super) async fn create_only(
         &self,
-        r: pb::NewEnvironmentRequest,
-        wait: bool,
-        rpc: &str,
-    ) -> Result<pb::NewEnvironmentReply, Status> {
-        self.allow(Role::Operator, rpc)?;
-        let caller = caller::claimed(self.role, r.request_user.as_ref());
-        let workflow = workflow_name(&r.workflow_template)?;
+        caller: &Caller,
+        r: &NewRequest<'_>,
+    ) -> Result<(EnvKey, Caller, Created), Status> {
+        let caller = caller::claimed(caller, r.request_user);
+        let workflow = workflow_name(r.workflow_template)?;
         let mut spec = CreateSpec {
             workflow,
-            variables: r.vars.into_iter().collect(),
+            variables: r.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             idempotency_key: None,
             env_id: None,
             // Site variables stay with the daemon's own API (an admin).
@@ -194,14 +210,31 @@ impl Control {
         let id = crate::bridge::deploy::environment_id(&spec).map_err(convert::status)?;
         spec.env_id = Some(id.clone());
         let target = format!("{} {:?}", r.workflow_template, spec.variables);
-        let created = create_audited(&self.bridge, &caller, &spec, &target).await;
-        let c = match created {
+        let c = match create_audited(&self.bridge, &caller, &spec, &target).await {
             Ok(c) => c,
             // Bad input (a refused variable, an unknown workflow) keeps its own code.
             Err(s) if s.code() == tonic::Code::InvalidArgument => return Err(s),
             Err(s) => return Err(failed_create(&id, s.message())),
         };
-        let key = EnvKey::new(&c.namespace, &c.name);
+        Ok((EnvKey::new(&c.namespace, &c.name), caller, c))
+    }
+
+    /// NewEnvironment (`wait`: deployed and configured before the answer, as the anchor's
+    /// core does) and NewEnvironmentAsync (answered once created).
+    pub(super) async fn create(
+        &self,
+        caller: &Caller,
+        r: pb::NewEnvironmentRequest,
+        wait: bool,
+        rpc: &str,
+    ) -> Result<pb::NewEnvironmentReply, Status> {
+        let req = NewRequest {
+            workflow_template: &r.workflow_template,
+            vars: &r.vars,
+            request_user: r.request_user.as_ref(),
+        };
+        let (key, caller, c) = self.create_only(caller, &req).await?;
+        tracing::debug!(rpc, environment = %key, "o2control create");
         if wait {
             deploy_and_configure(&self.bridge, &caller, &key)
                 .await
@@ -218,7 +251,7 @@ impl Control {
             id: c.id.clone(),
             created_when: millis(SystemTime::now()),
             state: state_map::environment_state(None).into(),
-            root_role: spec.workflow.clone(),
+            root_role: workflow_name(&r.workflow_template).unwrap_or_default(),
             ..Default::default()
         });
         Ok(pb::NewEnvironmentReply {
@@ -233,22 +266,17 @@ impl Control {
     /// environment's state then says ERROR where a task failed).
     pub(super) async fn control(
         &self,
+        caller: &Caller,
         r: pb::ControlEnvironmentRequest,
     ) -> Result<pb::ControlEnvironmentReply, Status> {
-        self.allow(Role::Operator, "ControlEnvironment")?;
-        let caller = caller::claimed(self.role, r.request_user.as_ref());
+        let caller = caller::claimed(caller, r.request_user.as_ref());
         let event = event_of(r.r#type)?;
         let rec = self.bridge.resolve(&r.id).map_err(convert::status)?;
-        let mut arguments = BTreeMap::new();
-        if event == Event::Start {
-            let (ns, name) = &self.run_numbers;
-            let n = self
-                .bridge
-                .next_run_number(ns, name)
-                .await
-                .map_err(convert::status)?;
-            arguments.insert("run_number".to_string(), n.to_string());
-        }
+        let arguments = match event {
+            Event::Start => self.start_arguments().await?,
+            Event::Stop => stop_arguments(),
+            _ => BTreeMap::new(),
+        };
         let sot = SystemTime::now();
         let t0 = Instant::now();
         let done = run(&self.bridge, &caller, &rec.key, event, arguments).await;
@@ -273,43 +301,27 @@ impl Control {
         })
     }
 
-    /// DestroyEnvironment as the anchor does it: a RUNNING environment is stopped first
-    /// when `allowInRunningState`, a CONFIGURED one reset, then it is torn down; `force`
-    /// skips both. A step that fails does not stop the teardown.
-    pub(super) async fn destroy(
-        &self,
-        r: pb::DestroyEnvironmentRequest,
-    ) -> Result<pb::DestroyEnvironmentReply, Status> {
-        self.allow(Role::Operator, "DestroyEnvironment")?;
-        if r.keep_tasks {
-            return Err(Status::failed_precondition(
-                "DestroyEnvironment: keepTasks is not supported: envbridge's tasks end with their environment",
-            ));
-        }
-        let caller = caller::claimed(self.role, r.request_user.as_ref());
-        let rec = self.bridge.resolve(&r.id).map_err(convert::status)?;
-        let key = rec.key.clone();
-        let killed: Vec<pb::ShortTaskInfo> = self
+    /// START_ACTIVITY's arguments, as the anchor's core gives them: the next run number
+    /// (from the counter in the cluster) and the run's start time.
+    pub(super) async fn start_arguments(&self) -> Result<BTreeMap<String, String>, Status> {
+        let (ns, name) = &self.run_numbers;
+        let n = self
             .bridge
-            .roster
-            .tasks_of(&key)
-            .iter()
-            .map(|t| info::short_task(t))
-            .collect();
-        let mut state = rec.state;
-        if !r.force {
-            if state == Some(State::Running) && r.allow_in_running_state {
-                let stopped = run(&self.bridge, &caller, &key, Event::Stop, BTreeMap::new()).await;
-                state = stopped.is_ok().then_some(State::Configured);
-            }
-            if state == Some(State::Configured) {
-                let _ = run(&self.bridge, &caller, &key, Event::Reset, BTreeMap::new()).await;
-            }
-        }
+            .next_run_number(ns, name)
+            .await
+            .map_err(convert::status)?;
+        Ok(BTreeMap::from([
+            ("run_number".to_string(), n.to_string()),
+            ("run_start_time_ms".to_string(), now_ms()),
+        ]))
+    }
+
+    /// Tears environment `key` down (audited) and waits for its tasks and pods to be gone.
+    pub(super) async fn destroy_env(&self, key: &EnvKey, caller: &Caller) -> Result<(), Status> {
         let env = Some((key.namespace.to_string(), key.name.to_string()));
         audit(
             &self.bridge,
-            &caller,
+            caller,
             "destroy",
             &key.to_string(),
             env.as_ref(),
@@ -323,10 +335,46 @@ impl Control {
             .map_err(convert::status)?;
         if !gone {
             return Err(Status::deadline_exceeded(format!(
-                "DestroyEnvironment {}: timed out waiting for its tasks and pods to be gone",
-                rec.id
+                "DestroyEnvironment {key}: timed out waiting for its tasks and pods to be gone"
             )));
         }
+        Ok(())
+    }
+
+    /// DestroyEnvironment as the anchor does it: a RUNNING environment is stopped first
+    /// when `allowInRunningState`, a CONFIGURED one reset, then it is torn down; `force`
+    /// skips both. A step that fails does not stop the teardown.
+    pub(super) async fn destroy(
+        &self,
+        caller: &Caller,
+        r: pb::DestroyEnvironmentRequest,
+    ) -> Result<pb::DestroyEnvironmentReply, Status> {
+        if r.keep_tasks {
+            return Err(Status::failed_precondition(
+                "DestroyEnvironment: keepTasks is not supported: envbridge's tasks end with their environment",
+            ));
+        }
+        let caller = caller::claimed(caller, r.request_user.as_ref());
+        let rec = self.bridge.resolve(&r.id).map_err(convert::status)?;
+        let key = rec.key.clone();
+        let killed: Vec<pb::ShortTaskInfo> = self
+            .bridge
+            .roster
+            .tasks_of(&key)
+            .iter()
+            .map(|t| info::short_task(t))
+            .collect();
+        let mut state = rec.state;
+        if !r.force {
+            if state == Some(State::Running) && r.allow_in_running_state {
+                let stopped = run(&self.bridge, &caller, &key, Event::Stop, stop_arguments()).await;
+                state = stopped.is_ok().then_some(State::Configured);
+            }
+            if state == Some(State::Configured) {
+                let _ = run(&self.bridge, &caller, &key, Event::Reset, BTreeMap::new()).await;
+            }
+        }
+        self.destroy_env(&key, &caller).await?;
         let now = millis(SystemTime::now());
         Ok(pb::DestroyEnvironmentReply {
             cleanup_tasks_reply: Some(pb::CleanupTasksReply {

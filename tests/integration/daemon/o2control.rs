@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ap_pb::apricot_client;
 use envbridge::server::o2control::pb::apricot as ap_pb;
+use envbridge::server::o2control::pb::events as ev;
 use envbridge::server::o2control::pb::o2control as o2;
 use envbridge::server::pb;
 use o2::control_client::ControlClient;
@@ -15,7 +16,7 @@ use o2::control_client::ControlClient;
 use super::fixture::{self, Child, Setup};
 use super::sim::SimConfig;
 
-const WAIT: Duration = Duration::from_secs(60);
+pub(super) const WAIT: Duration = Duration::from_secs(60);
 
 /// A free port other than `not`, from a random start like [`fixture::free_port`]: tests run
 /// in parallel, and a scan from a fixed start gave two daemons the same port (the second one
@@ -28,7 +29,14 @@ fn another_free_port(not: u16) -> u16 {
 
 /// A daemon process for `ns` serving its own API and o2control on free loopback ports (with
 /// `extra` flags), the TaskTemplates installed: (port, o2control port, the process).
-async fn daemon(ns: &Setup, extra: &[&str]) -> (u16, u16, Child) {
+pub(super) async fn daemon(ns: &Setup, extra: &[&str]) -> (u16, u16, Child) {
+    let mut args = vec!["--insecure-no-auth"];
+    args.extend_from_slice(extra);
+    daemon_with(ns, &args).await
+}
+
+/// [`daemon`] with `args` in place of `--insecure-no-auth` and the rest.
+pub(super) async fn daemon_with(ns: &Setup, extra: &[&str]) -> (u16, u16, Child) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
     envbridge::install::task_templates(&ns.client, &root.join("task-templates"))
         .await
@@ -39,7 +47,7 @@ async fn daemon(ns: &Setup, extra: &[&str]) -> (u16, u16, Child) {
         std::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
             .args(["daemon", "--namespace", &ns.name])
             .args(["--watch-namespace", &ns.name])
-            .args(["--no-leader-election", "--insecure-no-auth"])
+            .args(["--no-leader-election"])
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--metrics-listen", "127.0.0.1:0"])
             .args(["--o2control-listen", &format!("127.0.0.1:{o2port}")])
@@ -172,6 +180,18 @@ async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_task
         .environment
         .expect("the environment");
     assert_eq!((one.id.as_str(), one.state.as_str()), ("o2c", "DEPLOYED"));
+    // The caller's variables are the anchor's user variables.
+    assert_eq!(
+        one.user_vars.get("hosts").map(String::as_str),
+        Some(r#"["flp001","flp002"]"#),
+        "{:?}",
+        one.user_vars
+    );
+    assert!(
+        one.description.contains("StfBuilder"),
+        "{}",
+        one.description
+    );
     let missing = o2c
         .get_environment(o2::GetEnvironmentRequest {
             id: "no-such-env".into(),
@@ -228,6 +248,9 @@ async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_task
         "{}",
         one.task_path
     );
+    // Its command, from the Task object.
+    let command = one.command_info.as_ref().expect("commandInfo");
+    assert!(!command.value.is_empty(), "{command:?}");
     let none = o2c
         .get_task(o2::GetTaskRequest {
             task_id: "no-such-task".into(),
@@ -444,14 +467,15 @@ async fn an_o2control_client_sees_the_daemons_environment_deployed_with_its_task
         .await
         .expect_err("no such entry");
     assert_eq!(e.code(), tonic::Code::NotFound);
-    // No integration plugins configured: none listed.
+    // No integration plugins configured: the anchor's plugins, listed disabled.
     let services = o2c
         .get_integrated_services(o2::Empty {})
         .await
         .expect("GetIntegratedServices")
         .into_inner()
         .services;
-    assert!(services.is_empty(), "{services:?}");
+    assert!(services.contains_key("dcs"), "{services:?}");
+    assert!(services.values().all(|s| !s.enabled), "{services:?}");
     // Not served yet: UNIMPLEMENTED, naming the method.
     let e = o2c
         .teardown(o2::TeardownRequest::default())
@@ -609,6 +633,12 @@ async fn an_o2control_client_runs_the_anchors_cycle_with_run_numbers() {
         assert_eq!(t.state, "CONFIGURED", "{t:?}");
     }
     let id = created.id.clone();
+    // Subscribe with an environment's id: its changes, as the anchor's events.
+    let mut events = o2c
+        .subscribe(o2::SubscribeRequest { id: id.clone() })
+        .await
+        .expect("Subscribe")
+        .into_inner();
     let control = |t: Optype| o2::ControlEnvironmentRequest {
         id: id.clone(),
         r#type: t as i32,
@@ -629,6 +659,53 @@ async fn an_o2control_client_runs_the_anchors_cycle_with_run_numbers() {
         .expect("STOP_ACTIVITY")
         .into_inner();
     assert_eq!(stopped.state, "CONFIGURED");
+    // The run's variables among the user variables, as the anchor keeps them.
+    let vars = o2c
+        .get_environment(o2::GetEnvironmentRequest {
+            id: id.clone(),
+            show_workflow_tree: false,
+        })
+        .await
+        .expect("GetEnvironment")
+        .into_inner()
+        .environment
+        .expect("the environment")
+        .user_vars;
+    let ms = |k: &str| -> i64 {
+        vars.get(k)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{k} in {vars:?}"))
+    };
+    assert_eq!(
+        vars.get("run_number"),
+        Some(&started.current_run_number.to_string())
+    );
+    assert!(
+        ms("run_start_time_ms") >= started.start_of_transition,
+        "{vars:?}"
+    );
+    assert!(ms("run_end_time_ms") >= ms("run_start_time_ms"), "{vars:?}");
+    assert_eq!(vars.get("hosts"), Some(&hosts));
+    // The stream told the run: the environment RUNNING with its run number, its tasks too.
+    let (mut env_running, mut task_running) = (false, false);
+    while !(env_running && task_running) {
+        let e = tokio::time::timeout(WAIT, events.message())
+            .await
+            .expect("events in time")
+            .expect("the stream")
+            .expect("an event");
+        match e.payload {
+            Some(ev::event::Payload::EnvironmentEvent(x)) => {
+                assert_eq!(x.environment_id, id);
+                env_running |= x.state == "RUNNING" && x.run_number == started.current_run_number;
+            }
+            Some(ev::event::Payload::TaskEvent(t)) => {
+                assert_eq!(t.environment_id, id);
+                task_running |= t.state == "RUNNING" && !t.hostname.is_empty();
+            }
+            other => panic!("{other:?}"),
+        }
+    }
     let again = o2c
         .control_environment(control(Optype::StartActivity))
         .await
@@ -649,6 +726,13 @@ async fn an_o2control_client_runs_the_anchors_cycle_with_run_numbers() {
         .expect("RESET")
         .into_inner();
     assert_eq!(reset.state, "DEPLOYED");
+    // GO_ERROR: the environment is in ERROR, its tasks where they were (the anchor's).
+    let error = o2c
+        .control_environment(control(Optype::GoError))
+        .await
+        .expect("GO_ERROR")
+        .into_inner();
+    assert_eq!(error.state, "ERROR");
     // The counter lives in the cluster: the last number given.
     let cm: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
         kube::Api::namespaced(ns.client.clone(), &ns.name);
@@ -683,6 +767,24 @@ async fn an_o2control_client_runs_the_anchors_cycle_with_run_numbers() {
         .await
         .expect_err("gone");
     assert_eq!(missing.code(), tonic::Code::NotFound);
+    // The subscription ends with the environment, its last word the teardown.
+    let mut last = None;
+    while let Some(e) = tokio::time::timeout(WAIT, events.message())
+        .await
+        .expect("the stream ends in time")
+        .expect("the stream")
+    {
+        last = Some(e);
+    }
+    match last.and_then(|e| e.payload) {
+        Some(ev::event::Payload::EnvironmentEvent(x)) => {
+            assert_eq!(
+                (x.state.as_str(), x.message.as_str()),
+                ("DONE", "environment teardown complete")
+            )
+        }
+        other => panic!("the last event: {other:?}"),
+    }
 }
 
 /// An environment's `includedDetectors` and `numberOfFlps`, from GetEnvironments.
