@@ -518,3 +518,66 @@ async fn a_critical_call_before_deploy_gates_the_deployment() {
     assert!(gone.gone, "{bad_id}: {}", gone.message);
     stack.stop().await;
 }
+
+/// What the ControlGUI's create form sends for the anchor's readout-dataflow: every public
+/// variable with a default, as listed for GetWorkflowTemplates (`detectors` left out, as the
+/// form leaves it out), `hosts` chosen, as a caller without site rights. Accepted (the public
+/// variables of the nested roles too), deployed, destroyed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controlgui_s_create_of_the_anchor_s_readout_dataflow_is_accepted() {
+    let ns = TestNamespace::new("anchor-gui").await;
+    let id = format!("gui{}", support::random_suffix());
+    let stack = Stack::start(&ns, &id, 55400, &[]).await;
+    let bridge = stack.daemon.bridge.clone();
+    let templates = envbridge::bridge::templates::list(&bridge.cfg).expect("the templates");
+    let rd = templates
+        .iter()
+        .find(|t| t.name == "readout-dataflow")
+        .expect("readout-dataflow listed");
+    let mut variables: std::collections::BTreeMap<String, String> = rd
+        .vars
+        .iter()
+        .filter(|d| d.meta.public && &*d.name != "detectors")
+        .filter_map(|d| {
+            let value = d.default.clone().or_else(|| {
+                d.meta
+                    .fields
+                    .get("value")
+                    .and_then(|v| v.as_str().map(str::to_string))
+            })?;
+            (!value.is_empty()).then(|| (d.name.to_string(), value))
+        })
+        .collect();
+    let nested = ["dcs_sor_parameters", "dcs_eor_parameters"];
+    for n in nested {
+        assert!(variables.contains_key(n), "{n} among {:?}", variables.keys());
+    }
+    assert!(variables.len() > 30, "{} public defaults", variables.len());
+    variables.insert("hosts".into(), r#"["flp001","flp002"]"#.into());
+    let spec = envbridge::bridge::CreateSpec {
+        workflow: "readout-dataflow".into(),
+        variables,
+        idempotency_key: None,
+        env_id: Some(id.clone()),
+        site_variables: false,
+    };
+    let created = bridge.create(&spec).await.expect("the GUI's create");
+    assert!(created.tasks >= 6, "{} tasks", created.tasks);
+    let key = envbridge::roster::EnvKey::new(&created.namespace, &created.name);
+    let up = bridge
+        .roster
+        .wait_state(
+            &key,
+            envbridge::state::State::Standby,
+            tokio::time::Instant::now() + std::time::Duration::from_secs(120),
+        )
+        .await;
+    assert!(
+        matches!(up, Ok(envbridge::roster::Outcome::Reached { .. })),
+        "{up:?}"
+    );
+    let mut api = stack.daemon.client().await;
+    let gone = fixture::destroy(&mut api, &id, 90).await;
+    assert!(gone.gone, "{id}: {}", gone.message);
+    stack.stop().await;
+}
