@@ -10,6 +10,7 @@ pub mod control;
 pub mod crd;
 pub mod dev;
 pub mod install;
+pub mod integration;
 pub mod launch;
 pub mod model;
 pub mod objects;

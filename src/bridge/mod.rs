@@ -71,6 +71,8 @@ pub struct Bridge {
     create_lock: tokio::sync::Mutex<()>,
     /// Ports of environments created here whose Tasks the roster does not show yet.
     reserved: DashMap<EnvKey, TakenPorts>,
+    /// The HTTP client of integration endpoints (the site's run-number service).
+    endpoints: crate::integration::Endpoints,
 }
 
 impl Bridge {
@@ -104,6 +106,7 @@ impl Bridge {
             leader: Arc::new(AtomicBool::new(true)),
             create_lock: tokio::sync::Mutex::new(()),
             reserved: DashMap::new(),
+            endpoints: Default::default(),
         })
     }
 

@@ -1,7 +1,8 @@
-//! Run numbers for START: the next from a counter kept in the cluster (a ConfigMap holding
-//! the last number given), so that no number is given twice, across daemon restarts and
-//! replicas too. Each step is a compare-and-swap on the ConfigMap's resourceVersion; a
-//! conflict (another START at the same moment) reads again.
+//! Run numbers for START, from the site's source: a run-number service of the site (an
+//! integration endpoint, asked once per run), else a counter kept in the cluster (a ConfigMap
+//! holding the last number given), so that no number is given twice, across daemon restarts
+//! and replicas too. Each counter step is a compare-and-swap on the ConfigMap's
+//! resourceVersion; a conflict (another START at the same moment) reads again.
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -34,13 +35,101 @@ pub fn after(last: Option<&str>, at: &str) -> Result<u32> {
     })
 }
 
-impl Bridge {
-    /// Takes the next run number from ConfigMap `namespace/name` (see [`next`]).
-    pub async fn next_run_number(&self, namespace: &str, name: &str) -> Result<u32> {
-        self.ensure_leader()?;
-        next(&self.client, namespace, name).await
+/// Where run numbers come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The counter in ConfigMap (namespace, name).
+    Counter(String, String),
+    /// A site's run-number service: `POST {"function": "NewRunNumber", "environmentId": ID,
+    /// "event": "START"}`, answered `{"runNumber": N}` (docs/o2control.md, "Run numbers").
+    Service(String),
+}
+
+impl Default for Source {
+    fn default() -> Self {
+        Source::Counter("envbridge-system".into(), DEFAULT_NAME.into())
     }
 }
+
+impl std::str::FromStr for Source {
+    type Err = String;
+
+    /// `NAMESPACE/NAME` (the counter) or an `http://` URL (the site's service).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        if s.starts_with("http://") {
+            return Ok(Source::Service(s.to_string()));
+        }
+        match s.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                Ok(Source::Counter(ns.to_string(), name.to_string()))
+            }
+            _ => Err(format!(
+                "`{s}` is neither NAMESPACE/NAME (a counter ConfigMap) nor an http:// URL (a run-number service)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Counter(ns, name) => write!(f, "ConfigMap {ns}/{name}"),
+            Source::Service(url) => write!(f, "run-number service {url}"),
+        }
+    }
+}
+
+/// The run number in a run-number service's answer: `runNumber`, a number or its text,
+/// from 1 to 2^32-1 (the anchor's run numbers are 32-bit).
+pub fn from_answer(answer: &serde_json::Value, url: &str) -> Result<u32> {
+    let n = match answer.get("runNumber") {
+        Some(serde_json::Value::Number(n)) => n.as_u64(),
+        Some(serde_json::Value::String(s)) => s.trim().parse().ok(),
+        _ => None,
+    };
+    n.filter(|n| (1..=u64::from(u32::MAX)).contains(n))
+        .map(|n| n as u32)
+        .ok_or_else(|| {
+            BridgeError::Invalid(vec![format!(
+                "run numbers: the answer of {url} holds no runNumber from 1 to {}: {}",
+                u32::MAX,
+                answer.to_string().chars().take(200).collect::<String>()
+            )])
+        })
+}
+
+impl Bridge {
+    /// Takes the next run number from `source` for environment `env_id`'s START.
+    pub async fn next_run_number(&self, source: &Source, env_id: &str) -> Result<u32> {
+        self.ensure_leader()?;
+        match source {
+            Source::Counter(namespace, name) => next(&self.client, namespace, name).await,
+            Source::Service(url) => {
+                let body = serde_json::json!({
+                    "function": "NewRunNumber",
+                    "environmentId": env_id,
+                    "event": "START",
+                });
+                let answer = tokio::time::timeout(
+                    SERVICE_TIMEOUT,
+                    self.endpoints.post(url, body.to_string().into_bytes()),
+                )
+                .await
+                .map_err(|_| {
+                    BridgeError::Invalid(vec![format!(
+                        "run numbers: {url} did not answer within {} s",
+                        SERVICE_TIMEOUT.as_secs()
+                    )])
+                })?
+                .map_err(|why| BridgeError::Invalid(vec![format!("run numbers: {why}")]))?;
+                from_answer(&answer, url)
+            }
+        }
+    }
+}
+
+/// How long START waits for a run-number service.
+const SERVICE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Takes the next run number from ConfigMap `namespace/name`: created (with its namespace,
 /// when missing) at the first. The demo takes its runs' numbers here too, so that one
@@ -121,5 +210,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("largest"), "{e}");
+    }
+
+    #[test]
+    fn a_source_is_a_counter_or_a_service_and_its_answer_is_checked() {
+        assert_eq!(
+            "ns/rn".parse::<Source>().unwrap(),
+            Source::Counter("ns".into(), "rn".into())
+        );
+        assert_eq!(
+            "http://127.0.0.1:9/runs".parse::<Source>().unwrap(),
+            Source::Service("http://127.0.0.1:9/runs".into())
+        );
+        for bad in ["rn", "a/b/c", "/rn", "https://x/runs"] {
+            assert!(bad.parse::<Source>().is_err(), "{bad}");
+        }
+        let url = "http://127.0.0.1:9/runs";
+        assert_eq!(
+            from_answer(&serde_json::json!({"runNumber": 7}), url).unwrap(),
+            7
+        );
+        assert_eq!(
+            from_answer(&serde_json::json!({"runNumber": "8"}), url).unwrap(),
+            8
+        );
+        for bad in [
+            serde_json::json!({}),
+            serde_json::json!({"runNumber": 0}),
+            serde_json::json!({"runNumber": 4294967296u64}),
+            serde_json::json!({"runNumber": "x"}),
+        ] {
+            let e = from_answer(&bad, url).unwrap_err().to_string();
+            assert!(e.contains(url) && e.contains("runNumber"), "{e}");
+        }
     }
 }

@@ -66,10 +66,15 @@ pub struct DaemonArgs {
     pub o2control_role: Option<Role>,
     /// Where o2control's START_ACTIVITY takes its run numbers: a ConfigMap NAMESPACE/NAME
     /// holding the last number given (created at the first START; never reused, across
-    /// restarts too). Default envbridge-system/envbridge-run-numbers.
-    #[arg(long, env = "ENVBRIDGE_O2CONTROL_RUN_NUMBERS", value_name = "NAMESPACE/NAME", value_parser = namespaced_name)]
+    /// restarts too), or the site's run-number service, an http:// URL asked once per run
+    /// (docs/o2control.md). Default envbridge-system/envbridge-run-numbers.
+    #[arg(
+        long,
+        env = "ENVBRIDGE_O2CONTROL_RUN_NUMBERS",
+        value_name = "NAMESPACE/NAME|URL"
+    )]
     #[serde(deserialize_with = "daemon_file::o2control_run_numbers")]
-    pub o2control_run_numbers: Option<(String, String)>,
+    pub o2control_run_numbers: Option<envbridge::bridge::run_numbers::Source>,
     /// The CA certificates (PEM) whose client certificates the o2control listener
     /// accepts: with it the listener speaks TLS (its certificate --tls-cert/--tls-key),
     /// every caller presents a certificate, and the certificate's subject CN is looked up

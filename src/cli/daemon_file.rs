@@ -141,11 +141,11 @@ pub fn o2control_role<'de, D: Deserializer<'de>>(
     by_flag_parser(d, "o2control-role", role)
 }
 
-/// `o2control-run-numbers: NAMESPACE/NAME`.
+/// `o2control-run-numbers: NAMESPACE/NAME` or an `http://` URL.
 pub fn o2control_run_numbers<'de, D: Deserializer<'de>>(
     d: D,
-) -> Result<Option<(String, String)>, D::Error> {
-    by_flag_parser(d, "o2control-run-numbers", namespaced_name)
+) -> Result<Option<envbridge::bridge::run_numbers::Source>, D::Error> {
+    by_flag_parser(d, "o2control-run-numbers", str::parse)
 }
 
 /// `config-map: NAMESPACE/NAME`.

@@ -11,19 +11,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use tracing::{info, warn};
 
 use super::hooks::Run;
 use crate::crd::{HookRef, TransitionRequest};
 
-/// Largest answer read from an integration (bytes).
-const MAX_ANSWER: usize = 64 * 1024;
 /// A call with no `timeout`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -95,25 +88,15 @@ pub struct Payload<'a> {
 }
 
 /// The calls in flight and their outcomes.
+#[derive(Default)]
 pub struct Calls {
     runs: Mutex<HashMap<Key, Run>>,
     /// The run number of each environment's current run (START's `run_number`): what the
     /// calls of START, STOP and GO_ERROR carry, as the anchor's do.
     run_numbers: Mutex<HashMap<String, String>>,
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: crate::integration::Endpoints,
 }
 
-impl Default for Calls {
-    fn default() -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
-        Calls {
-            runs: Mutex::default(),
-            run_numbers: Mutex::default(),
-            http: Client::builder(TokioExecutor::new()).build(connector),
-        }
-    }
-}
 
 impl Calls {
     fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Run>> {
@@ -243,12 +226,13 @@ impl Calls {
         let path = call.path.clone();
         info!(call = %path, %endpoint, "integration call sent");
         tokio::spawn(async move {
-            let outcome = match tokio::time::timeout(timeout, this.post(&endpoint, body)).await {
+            let outcome = match tokio::time::timeout(timeout, this.http.post(&endpoint, body)).await
+            {
                 Ok(r) => r,
                 Err(_) => Err(format!("no answer within {} s", timeout.as_secs())),
             };
             let run = match outcome {
-                Ok(()) => Run::Succeeded,
+                Ok(_) => Run::Succeeded,
                 Err(why) => {
                     warn!(call = %path, error = %why, "integration call failed");
                     Run::Failed(why)
@@ -257,51 +241,6 @@ impl Calls {
             this.runs().insert(key, run);
         });
     }
-
-    /// POSTs `body` to `endpoint`; ok is a 2xx whose JSON does not say `"ok": false`.
-    async fn post(&self, endpoint: &str, body: Vec<u8>) -> Result<(), String> {
-        let req = hyper::Request::post(endpoint)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| format!("endpoint {endpoint}: {e}"))?;
-        let resp = self
-            .http
-            .request(req)
-            .await
-            .map_err(|e| format!("endpoint {endpoint}: {e}"))?;
-        let status = resp.status();
-        let bytes = Limited::new(resp.into_body(), MAX_ANSWER)
-            .collect()
-            .await
-            .map_err(|e| format!("endpoint {endpoint}: reading the answer: {e}"))?
-            .to_bytes();
-        answer(status.as_u16(), &bytes)
-    }
-}
-
-/// An integration's answer: 2xx and not `{"ok": false}` is success; the error is the
-/// answer's `error` (or its text).
-pub fn answer(status: u16, body: &[u8]) -> Result<(), String> {
-    let json: Option<serde_json::Value> = serde_json::from_slice(body).ok();
-    let error = json
-        .as_ref()
-        .and_then(|j| j.get("error"))
-        .and_then(|e| e.as_str())
-        .map(str::to_string);
-    let said_ok = json
-        .as_ref()
-        .and_then(|j| j.get("ok"))
-        .and_then(|o| o.as_bool());
-    if (200..300).contains(&status) && said_ok != Some(false) {
-        return Ok(());
-    }
-    let text = String::from_utf8_lossy(body);
-    let why = error.unwrap_or_else(|| text.chars().take(300).collect());
-    Err(if (200..300).contains(&status) {
-        why
-    } else {
-        format!("HTTP {status}: {why}")
-    })
 }
 
 #[cfg(test)]
@@ -316,20 +255,5 @@ mod tests {
         assert_eq!(deploy_step("enter_DEPLOYED"), Some(DeployStep::After));
         assert_eq!(deploy_step("before_CONFIGURE"), None);
         assert_eq!(deploy_step("DESTROY"), None);
-    }
-
-    #[test]
-    fn answers() {
-        assert_eq!(answer(200, b""), Ok(()));
-        assert_eq!(answer(200, br#"{"ok": true}"#), Ok(()));
-        assert_eq!(
-            answer(200, br#"{"ok": false, "error": "DCS busy"}"#),
-            Err("DCS busy".to_string())
-        );
-        assert_eq!(answer(500, b"boom"), Err("HTTP 500: boom".to_string()));
-        assert_eq!(
-            answer(404, br#"{"error": "no such function"}"#),
-            Err("HTTP 404: no such function".to_string())
-        );
     }
 }

@@ -185,8 +185,14 @@ impl Control {
         deploy_and_configure(&self.bridge, caller, key)
             .await
             .map_err(|m| format!("transition CONFIGURE failed: {m}"))?;
+        let env_id = self
+            .bridge
+            .roster
+            .env(key)
+            .map(|e| e.id.to_string())
+            .unwrap_or_default();
         let args = self
-            .start_arguments()
+            .start_arguments(&env_id)
             .await
             .map_err(|s| format!("transition START_ACTIVITY failed: {}", s.message()))?;
         run(&self.bridge, caller, key, Event::Start, args)

@@ -48,8 +48,8 @@ pub struct O2ControlConfig {
     pub role: Role,
     /// What GetFrameworkInfo calls this instance.
     pub instance_name: String,
-    /// The ConfigMap (namespace, name) START_ACTIVITY's run numbers come from.
-    pub run_numbers: (String, String),
+    /// Where START_ACTIVITY's run numbers come from.
+    pub run_numbers: crate::bridge::run_numbers::Source,
     /// `--o2control-client-ca`: TLS with client certificates verified against these CAs
     /// (the daemon's `--tls-cert`/`--tls-key` as the listener's own); required beyond
     /// loopback.
@@ -72,10 +72,7 @@ impl O2ControlConfig {
             addr,
             role,
             instance_name: default_instance_name(),
-            run_numbers: (
-                "envbridge-system".to_string(),
-                crate::bridge::run_numbers::DEFAULT_NAME.to_string(),
-            ),
+            run_numbers: Default::default(),
             client_ca: None,
             role_given: false,
         }

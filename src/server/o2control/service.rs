@@ -27,8 +27,8 @@ pub struct Control {
     pub(super) bridge: Arc<Bridge>,
     /// Subscribe's streams by subscription id (NewAutoEnvironment's events).
     pub(super) subscriptions: Arc<super::subscriptions::Subscriptions>,
-    /// The ConfigMap (namespace, name) START_ACTIVITY's run numbers come from.
-    pub(super) run_numbers: (String, String),
+    /// Where START_ACTIVITY's run numbers come from.
+    pub(super) run_numbers: crate::bridge::run_numbers::Source,
     instance_name: String,
     /// This listener's framework id (the anchor's is its scheduler's): new at every start.
     framework_id: String,

@@ -273,7 +273,7 @@ impl Control {
         let event = event_of(r.r#type)?;
         let rec = self.bridge.resolve(&r.id).map_err(convert::status)?;
         let arguments = match event {
-            Event::Start => self.start_arguments().await?,
+            Event::Start => self.start_arguments(&rec.id).await?,
             Event::Stop => stop_arguments(),
             _ => BTreeMap::new(),
         };
@@ -303,11 +303,13 @@ impl Control {
 
     /// START_ACTIVITY's arguments, as the anchor's core gives them: the next run number
     /// (from the counter in the cluster) and the run's start time.
-    pub(super) async fn start_arguments(&self) -> Result<BTreeMap<String, String>, Status> {
-        let (ns, name) = &self.run_numbers;
+    pub(super) async fn start_arguments(
+        &self,
+        env_id: &str,
+    ) -> Result<BTreeMap<String, String>, Status> {
         let n = self
             .bridge
-            .next_run_number(ns, name)
+            .next_run_number(&self.run_numbers, env_id)
             .await
             .map_err(convert::status)?;
         Ok(BTreeMap::from([

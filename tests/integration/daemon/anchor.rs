@@ -550,7 +550,11 @@ async fn the_controlgui_s_create_of_the_anchor_s_readout_dataflow_is_accepted() 
         .collect();
     let nested = ["dcs_sor_parameters", "dcs_eor_parameters"];
     for n in nested {
-        assert!(variables.contains_key(n), "{n} among {:?}", variables.keys());
+        assert!(
+            variables.contains_key(n),
+            "{n} among {:?}",
+            variables.keys()
+        );
     }
     assert!(variables.len() > 30, "{} public defaults", variables.len());
     variables.insert("hosts".into(), r#"["flp001","flp002"]"#.into());

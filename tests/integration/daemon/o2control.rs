@@ -801,3 +801,107 @@ async fn one_env_detectors(
     let e = envs.iter().find(|e| e.id == id).expect("the environment");
     (e.included_detectors.clone(), e.number_of_flps)
 }
+
+/// A site's run-number service (`--o2control-run-numbers http://...`): START_ACTIVITY asks it
+/// once per run, with the environment's id, and the run gets its number; an answer without a
+/// usable number fails the START naming the service, and nothing is started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_numbers_come_from_the_site_s_service_when_one_is_configured() {
+    use o2::control_environment_request::Optype;
+    use std::sync::{Arc, Mutex};
+    let asked: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let seen = asked.clone();
+    let app = axum::Router::new().route(
+        "/runs",
+        axum::routing::post(move |axum::Json(v): axum::Json<serde_json::Value>| {
+            let seen = seen.clone();
+            async move {
+                let mut s = seen.lock().unwrap();
+                s.push(v);
+                // The first run gets 4242; the next answer carries no number.
+                match s.len() {
+                    1 => axum::Json(serde_json::json!({"runNumber": 4242})),
+                    _ => axum::Json(serde_json::json!({"ok": true})),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/runs", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let ns = Setup::shared("daemon-o2control-runs").await;
+    let _sim = ns.sim(SimConfig::default());
+    let extra = [
+        "--o2control-role",
+        "operator",
+        "--o2control-run-numbers",
+        &url,
+    ];
+    let (_port, o2port, _daemon) = daemon(&ns, &extra).await;
+    let mut o2c = crate::support::wait_for("the o2control listener", WAIT, || async move {
+        ControlClient::connect(format!("http://127.0.0.1:{o2port}"))
+            .await
+            .ok()
+    })
+    .await;
+    let created = o2c
+        .new_environment(o2::NewEnvironmentRequest {
+            workflow_template: "readout-dataflow".into(),
+            vars: [("hosts".to_string(), r#"["flp001"]"#.to_string())].into(),
+            ..Default::default()
+        })
+        .await
+        .expect("NewEnvironment")
+        .into_inner()
+        .environment
+        .expect("the environment");
+    let control = |t: Optype| o2::ControlEnvironmentRequest {
+        id: created.id.clone(),
+        r#type: t as i32,
+        request_user: None,
+    };
+    let started = o2c
+        .control_environment(control(Optype::StartActivity))
+        .await
+        .expect("START_ACTIVITY")
+        .into_inner();
+    assert_eq!(started.current_run_number, 4242);
+    {
+        let asked = asked.lock().unwrap();
+        assert_eq!(asked.len(), 1);
+        assert_eq!(asked[0]["function"], "NewRunNumber");
+        assert_eq!(asked[0]["environmentId"], created.id.as_str());
+    }
+    o2c.control_environment(control(Optype::StopActivity))
+        .await
+        .expect("STOP_ACTIVITY");
+    let e = o2c
+        .control_environment(control(Optype::StartActivity))
+        .await
+        .expect_err("no number in the answer");
+    assert!(
+        e.message().contains(&url) && e.message().contains("runNumber"),
+        "{}",
+        e.message()
+    );
+    let now = o2c
+        .get_environment(o2::GetEnvironmentRequest {
+            id: created.id.clone(),
+            show_workflow_tree: false,
+        })
+        .await
+        .expect("GetEnvironment")
+        .into_inner()
+        .environment
+        .expect("the environment");
+    assert_eq!(now.state, "CONFIGURED", "nothing was started");
+    o2c.destroy_environment(o2::DestroyEnvironmentRequest {
+        id: created.id,
+        ..Default::default()
+    })
+    .await
+    .expect("DestroyEnvironment");
+}
