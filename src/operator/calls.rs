@@ -97,7 +97,6 @@ pub struct Calls {
     http: crate::integration::Endpoints,
 }
 
-
 impl Calls {
     fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Run>> {
         self.runs
