@@ -155,14 +155,22 @@ pub async fn purge_namespace(admin: &Client, ns: &str, within: Duration) -> Res 
 /// process group (a Ctrl-C at the terminal reaches only the benchmark, which then stops it
 /// in order), and sent SIGTERM if the benchmark dies (PR_SET_PDEATHSIG) or drops it.
 pub fn spawn_envbridge(args: &[&str], kubeconfig: &Path, log: &Path) -> Res<tokio::process::Child> {
+    let level = std::env::var("BENCH_CHILD_LOG").unwrap_or_else(|_| "info".into());
+    spawn_envbridge_logging(args, kubeconfig, log, &level)
+}
+
+/// [`spawn_envbridge`] with the child's `RUST_LOG` given.
+pub fn spawn_envbridge_logging(
+    args: &[&str],
+    kubeconfig: &Path,
+    log: &Path,
+    rust_log: &str,
+) -> Res<tokio::process::Child> {
     let out = std::fs::File::create(log)?;
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge"));
     cmd.args(args)
         .env("KUBECONFIG", kubeconfig)
-        .env(
-            "RUST_LOG",
-            std::env::var("BENCH_CHILD_LOG").unwrap_or_else(|_| "info".into()),
-        )
+        .env("RUST_LOG", rust_log)
         .stdin(std::process::Stdio::null())
         .stderr(out.try_clone()?)
         .stdout(out)

@@ -95,6 +95,7 @@ impl Bridge {
                 .roster
                 .wait_transition(&key, &id, target, started + timeout)
                 .await;
+            tracing::debug!(target: "envbridge::hops", hop = "daemon_seen", transition = %id, environment = %key);
             let label = match &out {
                 Ok(Outcome::Reached { .. }) => "reached",
                 Ok(Outcome::Failed { .. }) => "failed",
@@ -185,6 +186,7 @@ impl Bridge {
             .await
             .map_err(BridgeError::kube(format!("request {event} on {key}")))?;
         tracing::info!(environment = %key, transition = id, %event, "transition requested");
+        tracing::debug!(target: "envbridge::hops", hop = "daemon_written", transition = id, environment = %key);
         Ok(())
     }
 }

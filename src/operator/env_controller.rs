@@ -14,7 +14,7 @@ use kube::runtime::finalizer::{self, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::aggregate::aggregate;
 use super::context::Ctx;
@@ -136,6 +136,9 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
         _ => None,
     };
     if old.observed_generation != generation || !created_before || gate.is_some() {
+        if let Some(req) = &env.spec.transition {
+            debug!(target: "envbridge::hops", hop = "operator_seen", transition = %req.id, env = %name);
+        }
         let stored = own();
         let by_name: HashMap<String, &Task> =
             stored.iter().map(|t| (t.name_any(), t.as_ref())).collect();
@@ -164,6 +167,9 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
             shown: old.clone(),
         };
         write_tasks(ctx, &ns, &name, writes, progress).await?;
+        if let Some(req) = &env.spec.transition {
+            debug!(target: "envbridge::hops", hop = "tasks_written", transition = %req.id, env = %name);
+        }
         let msg = format!("{} tasks created from TaskSets {digest}", refs.len());
         set_condition(
             &mut status.conditions,
@@ -182,12 +188,22 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
     if let Some(wait) = status_pace::hold(&old, &status, since_last, window) {
         return Ok(Action::requeue(wait));
     }
-    publish_changes(ctx, &env, &old, &status).await;
     if status != old {
-        write_status(ctx, api, &env, &old, status).await?;
+        let settled = status
+            .transition
+            .as_ref()
+            .filter(|t| t.phase != crate::crd::TransitionPhase::Running)
+            .filter(|t| old.transition.as_ref() != Some(*t))
+            .map(|t| t.id.clone());
+        write_status(ctx, api, &env, &old, status.clone()).await?;
         ctx.status_written
             .insert(env_uid.clone(), std::time::Instant::now());
+        if let Some(id) = settled {
+            debug!(target: "envbridge::hops", hop = "outcome_written", transition = %id, env = %name);
+        }
     }
+    // After the status: the outcome is not held up by the Events that tell it.
+    publish_changes(ctx, &env, &old, &status).await;
     // A call in flight ends without any watch event: look again soon.
     if let Some(req) = &env.spec.transition
         && ctx.calls.any_running(&env_uid, &req.id)
@@ -524,7 +540,7 @@ fn hook_transition_status(req: &TransitionRequest, outcome: &hooks::Outcome) -> 
 
 pub fn error_policy(env: Arc<Environment>, err: &Error, _ctx: Arc<Ctx>) -> Action {
     if matches!(err, Error::Pending { .. }) {
-        tracing::debug!(env = %env.name_any(), %err);
+        debug!(env = %env.name_any(), %err);
     } else {
         warn!(env = %env.name_any(), error = %err, "environment reconcile failed, retrying");
     }

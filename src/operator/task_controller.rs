@@ -75,6 +75,13 @@ async fn apply(task: Arc<Task>, ctx: &Ctx) -> Result<Action> {
         if keep && let Some(mut a) = ctx.answered.get_mut(&uid) {
             a.written = true;
         }
+        if let Some(t) = st
+            .transition
+            .as_ref()
+            .filter(|t| old.transition.as_ref() != Some(*t))
+        {
+            debug!(target: "envbridge::hops", hop = "task_status_written", transition = %t.id, task = %task.name_any());
+        }
     }
     if step.delete_pod && !ctx.args.keep_pods {
         let ns = task.namespace().unwrap_or_default();
@@ -773,12 +780,14 @@ async fn transition(
         e => transition_args::arguments(e, &task.spec.task, &req.arguments),
     };
     let uid = task.uid().unwrap_or_default();
+    debug!(target: "envbridge::hops", hop = "task_call", transition = %req.id, task = %task.name_any());
     let result = {
         let _call = ctx.live.calling(&uid);
         ctx.control
             .transition(ep, from, event, &args, deadline)
             .await
     };
+    debug!(target: "envbridge::hops", hop = "task_answered", transition = %req.id, task = %task.name_any());
     match result {
         Ok(reached) if reached == target => {
             st.state = Some(reached);

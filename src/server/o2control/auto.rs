@@ -43,20 +43,21 @@ fn said(env_id: &str, state: &str, message: &str, error: &str) -> ev::Event {
     ))
 }
 
-/// Forwards environment `key`'s roster changes as events into `sink` until `stop`;
-/// whether the environment's end was told.
+/// Forwards an environment's roster changes as events into `sink` until its end is told or
+/// `stop` resolves; whether the end was told.
 async fn forward(
     bridge: Arc<Bridge>,
     mut feed: Feed,
     sink: Arc<tokio::sync::Mutex<Sink>>,
-    stop: CancellationToken,
+    stop: impl std::future::Future<Output = ()>,
 ) -> bool {
     let mut changes = bridge.roster.subscribe();
     let first = feed.snapshot(&bridge.roster);
     sink.lock().await.send_all(first);
-    loop {
+    tokio::pin!(stop);
+    while !feed.ended() {
         let change = tokio::select! {
-            _ = stop.cancelled() => break,
+            _ = &mut stop => break,
             c = changes.recv() => c,
         };
         let out = match change {
@@ -65,9 +66,6 @@ async fn forward(
             Err(RecvError::Closed) => break,
         };
         sink.lock().await.send_all(out);
-        if feed.ended() {
-            break;
-        }
     }
     feed.ended()
 }
@@ -139,11 +137,16 @@ impl Control {
             && let Ok(mut sink) = self.subscriptions.bind(id)
         {
             let stream = self.subscriptions.subscribe(id)?;
-            let (bridge, key) = (self.bridge.clone(), env.key.clone());
-            let feed = Feed::new(key.clone(), id);
-            tokio::spawn(async move {
-                follow_until_gone(bridge, feed, &mut sink).await;
-            });
+            let mut feed = Feed::new(env.key.clone(), id);
+            if self.bridge.roster.env(&env.key).is_none() {
+                // Gone since it was found: the end, at once.
+                sink.send(feed.env_gone());
+                return Ok(stream);
+            }
+            // Until the environment is gone, or the subscriber.
+            let gone = sink.closed_signal();
+            let sink = Arc::new(tokio::sync::Mutex::new(sink));
+            tokio::spawn(forward(self.bridge.clone(), feed, sink, gone));
             return Ok(stream);
         }
         self.subscriptions.subscribe(id)
@@ -157,7 +160,7 @@ impl Control {
             self.bridge.clone(),
             Feed::new(key.clone(), &env_id),
             sink.clone(),
-            stop.clone(),
+            stop.clone().cancelled_owned(),
         ));
         let end = self.run_auto(&key, &caller).await;
         if let Err(why) = end {
@@ -232,28 +235,6 @@ impl Control {
         if let Err(e) = self.destroy_env(key, caller).await {
             tracing::warn!(environment = %key, error = %e, "automatic environment: teardown failed");
         }
-    }
-}
-
-/// Streams an existing environment's changes until it is gone (or the subscriber is).
-async fn follow_until_gone(bridge: Arc<Bridge>, mut feed: Feed, sink: &mut Sink) {
-    let mut changes = bridge.roster.subscribe();
-    sink.send_all(feed.snapshot(&bridge.roster));
-    if bridge.roster.env(feed.key()).is_none() {
-        sink.send(feed.env_gone());
-        return;
-    }
-    while !feed.ended() {
-        let change = tokio::select! {
-            _ = sink.closed() => break,
-            c = changes.recv() => c,
-        };
-        let out = match change {
-            Ok(c) => feed.on(&c, &bridge.roster),
-            Err(RecvError::Lagged(_)) => feed.snapshot(&bridge.roster),
-            Err(RecvError::Closed) => break,
-        };
-        sink.send_all(out);
     }
 }
 

@@ -104,10 +104,6 @@ impl Feed {
         }
     }
 
-    pub fn key(&self) -> &EnvKey {
-        &self.key
-    }
-
     /// Whether the environment's end (its object gone) was told.
     pub fn ended(&self) -> bool {
         self.ended
@@ -241,27 +237,7 @@ mod tests {
     use crate::state::{Event, State};
 
     fn env(state: Option<State>) -> EnvRecord {
-        EnvRecord {
-            key: EnvKey::new("runs", "e1"),
-            id: "2abc".into(),
-            workflow: "readout-dataflow".into(),
-            nodes: 1,
-            tasks: 1,
-            desired: State::Standby,
-            state,
-            requested: None,
-            observed: None,
-            counts: Default::default(),
-            failing: vec![],
-            failing_critical: 0,
-            deleting: false,
-            run_number: None,
-            description: None,
-            variables: Default::default(),
-            run_variables: Default::default(),
-            created_at: UNIX_EPOCH,
-            changed_at: UNIX_EPOCH,
-        }
+        fixture::env("2abc", 1, 1, state)
     }
 
     fn env_event(e: &ev::Event) -> &ev::EvEnvironmentEvent {

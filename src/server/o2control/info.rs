@@ -223,35 +223,12 @@ pub fn version() -> pb::Version {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-    use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
     use super::*;
-    use crate::roster::{EnvKey, Observed};
+    use crate::roster::Observed;
     use crate::state::{Event, State};
 
     fn env() -> EnvRecord {
-        EnvRecord {
-            key: EnvKey::new("runs", "e1"),
-            id: "e1".into(),
-            workflow: "readout-dataflow".into(),
-            nodes: 2,
-            tasks: 3,
-            desired: State::Standby,
-            state: Some(State::Standby),
-            requested: None,
-            observed: None,
-            counts: BTreeMap::new(),
-            failing: vec![],
-            failing_critical: 0,
-            deleting: false,
-            run_number: None,
-            description: None,
-            variables: Default::default(),
-            run_variables: Default::default(),
-            created_at: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
-            changed_at: SystemTime::now(),
-        }
+        super::super::fixture::env("e1", 2, 3, Some(State::Standby))
     }
 
     fn task(name: &str, node: &str, state: State) -> Arc<TaskRecord> {

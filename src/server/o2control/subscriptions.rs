@@ -189,10 +189,17 @@ impl Sink {
         }
     }
 
-    /// Resolves once nobody can read this subscription any more.
-    pub async fn closed(&self) {
-        if let Some(tx) = &self.tx {
-            tx.closed().await
+    /// A future that resolves once nobody can read this subscription any more (at once
+    /// when nobody could already). It holds no sending end: the stream still ends when the
+    /// sink is dropped.
+    pub fn closed_signal(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let tx = self.tx.as_ref().map(|t| t.downgrade());
+        async move {
+            if let Some(tx) = tx.and_then(|t| t.upgrade()) {
+                // A weak handle would not notice; an upgraded one keeps the channel open only
+                // while this waits, which ends with the subscriber.
+                tx.closed().await
+            }
         }
     }
 

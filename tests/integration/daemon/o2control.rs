@@ -67,6 +67,29 @@ pub(super) async fn daemon_with(ns: &Setup, extra: &[&str]) -> (u16, u16, Child)
     (port, o2port, child)
 }
 
+/// A daemon for `ns` whose o2control listener gives its callers the operator role, its run
+/// numbers from `run_numbers` (a counter NAMESPACE/NAME or a service URL), and a client of
+/// that listener once it answers.
+pub(super) async fn operator_listener(
+    ns: &Setup,
+    run_numbers: &str,
+) -> (ControlClient<tonic::transport::Channel>, Child) {
+    let extra = [
+        "--o2control-role",
+        "operator",
+        "--o2control-run-numbers",
+        run_numbers,
+    ];
+    let (_port, o2port, daemon) = daemon(ns, &extra).await;
+    let o2c = crate::support::wait_for("the o2control listener", WAIT, || async move {
+        ControlClient::connect(format!("http://127.0.0.1:{o2port}"))
+            .await
+            .ok()
+    })
+    .await;
+    (o2c, daemon)
+}
+
 const INVENTORY: &str = r#"
 o2:
   hardware:
@@ -567,19 +590,7 @@ async fn an_o2control_client_runs_the_anchors_cycle_with_run_numbers() {
     let ns = Setup::shared("daemon-o2control-cycle").await;
     let _sim = ns.sim(SimConfig::default());
     let run_numbers = format!("{}/run-numbers", ns.name);
-    let extra = [
-        "--o2control-role",
-        "operator",
-        "--o2control-run-numbers",
-        &run_numbers,
-    ];
-    let (_port, o2port, _daemon) = daemon(&ns, &extra).await;
-    let mut o2c = crate::support::wait_for("the o2control listener", WAIT, || async move {
-        ControlClient::connect(format!("http://127.0.0.1:{o2port}"))
-            .await
-            .ok()
-    })
-    .await;
+    let (mut o2c, _daemon) = operator_listener(&ns, &run_numbers).await;
     let user = Some(envbridge::server::o2control::pb::common::User {
         name: "shifter".into(),
         ..Default::default()
@@ -834,19 +845,7 @@ async fn run_numbers_come_from_the_site_s_service_when_one_is_configured() {
 
     let ns = Setup::shared("daemon-o2control-runs").await;
     let _sim = ns.sim(SimConfig::default());
-    let extra = [
-        "--o2control-role",
-        "operator",
-        "--o2control-run-numbers",
-        &url,
-    ];
-    let (_port, o2port, _daemon) = daemon(&ns, &extra).await;
-    let mut o2c = crate::support::wait_for("the o2control listener", WAIT, || async move {
-        ControlClient::connect(format!("http://127.0.0.1:{o2port}"))
-            .await
-            .ok()
-    })
-    .await;
+    let (mut o2c, _daemon) = operator_listener(&ns, &url).await;
     let created = o2c
         .new_environment(o2::NewEnvironmentRequest {
             workflow_template: "readout-dataflow".into(),

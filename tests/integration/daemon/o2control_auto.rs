@@ -6,10 +6,9 @@
 
 use envbridge::server::o2control::pb::events as ev;
 use envbridge::server::o2control::pb::o2control as o2;
-use o2::control_client::ControlClient;
 
 use super::fixture::Setup;
-use super::o2control::{WAIT, daemon};
+use super::o2control::{WAIT, operator_listener};
 use super::sim::SimConfig;
 
 /// The next event of the stream, in time.
@@ -25,19 +24,7 @@ async fn an_automatic_environment_runs_by_itself_and_its_stream_ends_with_it() {
     let ns = Setup::shared("daemon-o2control-auto").await;
     let _sim = ns.sim(SimConfig::default());
     let run_numbers = format!("{}/run-numbers", ns.name);
-    let extra = [
-        "--o2control-role",
-        "operator",
-        "--o2control-run-numbers",
-        &run_numbers,
-    ];
-    let (_port, o2port, _daemon) = daemon(&ns, &extra).await;
-    let mut o2c = crate::support::wait_for("the o2control listener", WAIT, || async move {
-        ControlClient::connect(format!("http://127.0.0.1:{o2port}"))
-            .await
-            .ok()
-    })
-    .await;
+    let (mut o2c, _daemon) = operator_listener(&ns, &run_numbers).await;
     let user = Some(envbridge::server::o2control::pb::common::User {
         name: "calibration".into(),
         ..Default::default()
