@@ -142,13 +142,142 @@ fn main() {
     }
     // The anchor's own main workflow, unmodified, for 250 hosts with a store of 250 hosts.
     match anchor(250) {
-        Some(req) => measure("anchor readout-dataflow, 250 hosts", &req, 250 * 5),
+        Some((req, store)) => {
+            measure("anchor readout-dataflow, 250 hosts", &req, 250 * 5);
+            process(&req, &store, dir.path());
+        }
         None => println!("anchor readout-dataflow: ../shared/corpus not found, skipped"),
     }
 }
 
-/// The anchor's readout-dataflow for `hosts` hosts, with a configuration store that lists them.
-fn anchor(hosts: usize) -> Option<RenderRequest> {
+/// The anchor's readout-dataflow for 250 hosts as a user runs it: `envbridge render ... -o
+/// tasks` as a whole process (this build's binary, its output read through a pipe), and
+/// where its time goes: the same steps timed in this process (the store file read and
+/// parsed, the render, the `-o tasks` text built, the text written to a pipe); what is left
+/// of the process's wall time is its start and end (exec, dynamic loading, argument parsing,
+/// freeing, exit), against the wall time of `envbridge --version`, a process that does
+/// nothing.
+fn process(req: &RenderRequest, store_text: &str, dir: &Path) {
+    let store = dir.join("anchor-store.yaml");
+    std::fs::write(&store, store_text).expect("write the store");
+    let sets = req.sets.iter().map(|(k, v)| format!("{k}={v}"));
+    let mut args: Vec<String> = vec![
+        "render".into(),
+        req.workflow.display().to_string(),
+        "--tasks".into(),
+        req.sources.tasks_dir.display().to_string(),
+        "--workflows".into(),
+        req.sources
+            .workflows_dir
+            .as_ref()
+            .expect("workflows")
+            .display()
+            .to_string(),
+        "--config".into(),
+        store.display().to_string(),
+        "--env-id".into(),
+        "bench".into(),
+        "-o".into(),
+        "tasks".into(),
+    ];
+    for s in sets {
+        args.push("--set".into());
+        args.push(s);
+    }
+    let exe = env!("CARGO_BIN_EXE_envbridge");
+    let run = |args: &[String]| {
+        let t0 = Instant::now();
+        let out = std::process::Command::new(exe)
+            .args(args)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("run envbridge");
+        let took = t0.elapsed();
+        assert!(out.status.success(), "envbridge {args:?}: {}", out.status);
+        (took, out.stdout.len())
+    };
+    let mut wall = Vec::new();
+    let mut nothing = Vec::new();
+    let mut bytes = 0;
+    for _ in 0..RUNS {
+        let (t, b) = run(&args);
+        wall.push(t);
+        bytes = b;
+        nothing.push(run(&["--version".to_string()]).0);
+    }
+    // The same steps in this process.
+    let (mut load_t, mut render_t, mut text_t, mut write_t) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..RUNS {
+        let t0 = Instant::now();
+        let parsed = envbridge::workflow::store::ConfigStore::load(&store).expect("the store");
+        load_t.push(t0.elapsed());
+        let one = RenderRequest {
+            store: std::sync::Arc::new(parsed),
+            ..req.clone()
+        };
+        let t1 = Instant::now();
+        let r = envbridge::objects::render(&one).expect("render");
+        render_t.push(t1.elapsed());
+        let t2 = Instant::now();
+        let text = envbridge::plan::tasks_json(r.tasks());
+        text_t.push(t2.elapsed());
+        assert_eq!(
+            text.len(),
+            bytes,
+            "the process wrote what this process builds"
+        );
+        let t3 = Instant::now();
+        let mut sink = std::process::Command::new("cat")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("cat");
+        {
+            use std::io::Write;
+            let mut pipe = sink.stdin.take().expect("stdin");
+            pipe.write_all(text.as_bytes()).expect("write");
+        }
+        write_t.push(t3.elapsed());
+        let _ = sink.wait();
+    }
+    let (wb, wm) = stats(wall);
+    let (_, nm) = stats(nothing);
+    let (_, lm) = stats(load_t);
+    let (_, rm) = stats(render_t);
+    let (_, tm) = stats(text_t);
+    let (_, xm) = stats(write_t);
+    let rest = wm - lm - rm - tm - xm;
+    println!(
+        "envbridge render (anchor readout-dataflow, 250 hosts, -o tasks, {:.1} MiB) as a process: \
+         wall {wb:.1} / {wm:.1} ms (best / median); of the median: store {lm:.1}, render {rm:.1}, \
+         -o tasks text {tm:.1}, write {xm:.1}, the rest (start, exit) {rest:.1} \
+         (a process doing nothing, envbridge --version: {nm:.1})",
+        bytes as f64 / (1024.0 * 1024.0)
+    );
+    println!(
+        "{}",
+        serde_json::json!({
+            "bench": "render-process",
+            "tasks": 1250,
+            "wall_best_ms": round1(wb),
+            "wall_p50_ms": round1(wm),
+            "store_ms": round1(lm),
+            "render_ms": round1(rm),
+            "text_ms": round1(tm),
+            "write_ms": round1(xm),
+            "rest_ms": round1(rest),
+            "empty_process_ms": round1(nm),
+        })
+    );
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// The anchor's readout-dataflow for `hosts` hosts, with a configuration store that lists
+/// them (and that store's text).
+fn anchor(hosts: usize) -> Option<(RenderRequest, String)> {
     let cw = ["../shared", "../../shared"]
         .iter()
         .map(|c| {
@@ -173,9 +302,10 @@ fn anchor(hosts: usize) -> Option<RenderRequest> {
          dd_discovery_endpoint: no-op://\n        fmq_rate_logging: '0'\n        detector: TST\n        \
          ddsched_enabled: 'false'\n",
     );
-    let store = envbridge::workflow::store::ConfigStore::parse("bench-store.yaml", &store)
+    let text = store;
+    let store = envbridge::workflow::store::ConfigStore::parse("bench-store.yaml", &text)
         .unwrap_or_else(|e| panic!("{e}"));
-    Some(RenderRequest {
+    let req = RenderRequest {
         sources: Sources {
             tasks_dir: cw.join("tasks"),
             workflows_dir: Some(cw.join("workflows")),
@@ -186,7 +316,8 @@ fn anchor(hosts: usize) -> Option<RenderRequest> {
         store: std::sync::Arc::new(store),
         env_id: Some("bench".into()),
         ..RenderRequest::default()
-    })
+    };
+    Some((req, text))
 }
 
 /// Renders `req` [`RUNS`] times (and once more on one thread), serializes the unfactored view

@@ -69,7 +69,21 @@ async fn dashboard_in_a_real_browser_drives_an_environment_and_shows_a_failure_l
             json!([]),
         )
         .await;
-    assert_eq!(panels, json!(["Main", "Advanced"]), "panels from `panel`");
+    // The anchor's panel names; its `detectors` (a selector without values) is left out.
+    assert_eq!(
+        panels,
+        json!(["General Configuration", "Logging"]),
+        "panels from `panel`"
+    );
+    assert!(
+        b.js(
+            "return document.querySelector('[data-var=detectors]') === null",
+            json!([])
+        )
+        .await
+            == json!(true),
+        "the detectors selector follows the hosts: not in the form"
+    );
     let label = b.text("[data-var=fmq_rate_logging] label").await;
     assert_eq!(label, "FairMQ rate logging (s)", "label from `label`");
     b.type_in("#env-id", &id).await;
