@@ -308,6 +308,44 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 
 /// Writes (server-side apply, a few at once) and deletes what `task_writes` decided,
 /// showing `progress` every [`PROGRESS_EVERY`] while the writes go on.
+/// One write of a Task.
+enum TaskWrite {
+    /// The whole Task, server-side applied.
+    Apply(Box<Task>),
+    /// Its transition alone: that one field, replaced whole (its arguments are exactly the
+    /// transition's own), by the same field manager: far lighter for the apiserver.
+    Transition(String, TransitionRequest),
+}
+
+async fn write_task(api: Api<Task>, ns: String, w: TaskWrite) -> Result<()> {
+    match w {
+        TaskWrite::Apply(t) => {
+            let tname = t.name_any();
+            let pp = PatchParams::apply(FIELD_MANAGER).force();
+            api.patch(&tname, &pp, &Patch::Apply(&*t))
+                .await
+                .map(|_| ())
+                .map_err(|e| Error::kube("apply", "Task", &ns, &tname, e))
+        }
+        TaskWrite::Transition(tname, req) => {
+            let pp = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..PatchParams::default()
+            };
+            let patch = json_patch::Patch(vec![json_patch::PatchOperation::Add(
+                json_patch::AddOperation {
+                    path: json_patch::jsonptr::PointerBuf::from_tokens(["spec", "transition"]),
+                    value: serde_json::to_value(&req).unwrap_or_default(),
+                },
+            )]);
+            api.patch(&tname, &pp, &Patch::<()>::Json(patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| Error::kube("patch", "Task", &ns, &tname, e))
+        }
+    }
+}
+
 async fn write_tasks(
     ctx: &Ctx,
     ns: &str,
@@ -317,22 +355,21 @@ async fn write_tasks(
 ) -> Result<()> {
     let TaskWrites {
         apply: writes,
+        transition,
         delete: stale,
     } = writes;
-    let total = writes.len();
+    let total = writes.len() + transition.len();
     let task_api: Api<Task> = Api::namespaced(ctx.client.clone(), ns);
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let writes = writes
+        .into_iter()
+        .map(|t| TaskWrite::Apply(Box::new(t)))
+        .chain(
+            transition
+                .into_iter()
+                .map(|(n, r)| TaskWrite::Transition(n, r)),
+        );
     let mut pending = stream::iter(writes)
-        .map(|t| {
-            let api = task_api.clone();
-            let pp = pp.clone();
-            async move {
-                let tname = t.name_any();
-                api.patch(&tname, &pp, &Patch::Apply(&t))
-                    .await
-                    .map_err(|e| Error::kube("apply", "Task", ns, &tname, e))
-            }
-        })
+        .map(|w| write_task(task_api.clone(), ns.to_string(), w))
         .buffer_unordered(ctx.args.apply_concurrency.max(1));
     let start = tokio::time::Instant::now() + PROGRESS_EVERY;
     let mut tick = tokio::time::interval_at(start, PROGRESS_EVERY);

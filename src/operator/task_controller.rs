@@ -1018,13 +1018,20 @@ async fn write_status(ctx: &Ctx, task: &Task, st: &TaskStatus) -> Result<()> {
     let api: Api<Task> = Api::namespaced(ctx.client.clone(), &ns);
     let mut st = st.clone();
     st.observed_generation = task.metadata.generation;
-    let patch = json!({"apiVersion": crate::crd::API_VERSION, "kind": "Task", "status": st});
+    // The whole status, replaced: only this operator writes it, and a JSON patch is far
+    // lighter for the apiserver than a server-side apply (the transition's path waits on it).
+    let patch = json_patch::Patch(vec![json_patch::PatchOperation::Add(
+        json_patch::AddOperation {
+            path: json_patch::jsonptr::PointerBuf::from_tokens(["status"]),
+            value: serde_json::to_value(&st).unwrap_or_default(),
+        },
+    )]);
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
     match api
-        .patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
+        .patch_status(&name, &pp, &Patch::<()>::Json(patch))
         .await
     {
         Ok(_) => Ok(()),

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
 use super::names::{task_annotations, task_labels};
-use crate::crd::{Environment, Task, TaskSet, TaskSpec};
+use crate::crd::{Environment, Task, TaskSet, TaskSpec, TransitionRequest};
 use crate::plan::TaskRef;
 
 /// Put on every Task by the environment controller: the task controller removes it once the
@@ -127,8 +127,26 @@ pub fn task_up_to_date(existing: &Task, want: &Task) -> bool {
 #[derive(Debug, Default)]
 pub struct TaskWrites {
     pub apply: Vec<Task>,
+    /// Tasks that differ only by the transition they are asked (every other field, label,
+    /// finalizer and owner as wanted): that one field is written (a JSON patch, far lighter
+    /// for the apiserver than applying the whole Task), by name.
+    pub transition: Vec<(String, TransitionRequest)>,
     /// Tasks of the environment that no reference names any more (a new render).
     pub delete: Vec<String>,
+}
+
+/// Whether `existing` is `want` but for a transition `want` asks (the one field to write).
+fn only_transition_differs(existing: &Task, want: &Task) -> bool {
+    want.spec.transition.is_some()
+        && existing.spec.transition != want.spec.transition
+        && existing.spec.environment == want.spec.environment
+        && existing.spec.task == want.spec.task
+        && existing.metadata.labels == want.metadata.labels
+        && existing.finalizers().iter().any(|f| f == TASK_FINALIZER)
+        && existing
+            .owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == want.owner_references().first().map(|w| &w.uid))
 }
 
 /// Decides the writes from each reference's wanted Task beside the stored one, and the
@@ -142,23 +160,33 @@ pub fn task_writes(
 ) -> TaskWrites {
     let names: std::collections::HashSet<String> =
         wanted.iter().map(|(w, _)| w.name_any()).collect();
-    let apply = wanted
-        .into_iter()
-        .filter_map(|(want, existing)| match existing {
-            Some(t) if t.metadata.deletion_timestamp.is_some() => None,
-            Some(t) if task_up_to_date(t, &want) => None,
-            Some(_) => Some(want),
-            None if created_before => None,
-            None => Some(want),
-        })
-        .collect();
+    let mut apply = Vec::new();
+    let mut transition = Vec::new();
+    for (want, existing) in wanted {
+        match existing {
+            Some(t) if t.metadata.deletion_timestamp.is_some() => {}
+            Some(t) if task_up_to_date(t, &want) => {}
+            Some(t) if only_transition_differs(t, &want) => {
+                if let Some(req) = want.spec.transition.clone() {
+                    transition.push((want.name_any(), req));
+                }
+            }
+            Some(_) => apply.push(want),
+            None if created_before => {}
+            None => apply.push(want),
+        }
+    }
     let delete = mine
         .iter()
         .filter(|t| t.metadata.deletion_timestamp.is_none())
         .map(|t| t.name_any())
         .filter(|n| !names.contains(n))
         .collect();
-    TaskWrites { apply, delete }
+    TaskWrites {
+        apply,
+        transition,
+        delete,
+    }
 }
 
 #[cfg(test)]
@@ -316,5 +344,25 @@ mod tests {
         let w = task_writes(wanted(&["same", "new"]), &mine, true);
         assert!(w.apply.is_empty());
         assert_eq!(w.delete, ["changed", "orphan"]);
+
+        // A new transition alone is that one field's write; with anything else, the whole.
+        let req = TransitionRequest {
+            id: "t2".into(),
+            event: Event::Configure,
+            arguments: Default::default(),
+        };
+        let mut asked = build_task(&env, &r("same"));
+        asked.spec.transition = Some(req.clone());
+        let w = task_writes(vec![(asked.clone(), Some(&same))], &mine, true);
+        assert!(w.apply.is_empty(), "{:?}", w.apply);
+        assert_eq!(w.transition, [("same".to_string(), req.clone())]);
+        let mut asked_and_changed = asked.clone();
+        asked_and_changed.spec.task.class = "other".into();
+        let w = task_writes(vec![(asked_and_changed, Some(&same))], &mine, true);
+        assert!(w.transition.is_empty());
+        assert_eq!(w.apply.len(), 1);
+        // Already asked: nothing to write.
+        let w = task_writes(vec![(asked.clone(), Some(&asked))], &mine, true);
+        assert!(w.apply.is_empty() && w.transition.is_empty());
     }
 }
