@@ -88,8 +88,8 @@ pub struct Ctx {
     /// TaskSet uid -> (resourceVersion, content hash): TaskSets are immutable, hash each once.
     pub set_hashes: DashMap<String, (String, String)>,
     /// (what, task uid) -> when this operator created (or deleted) the task's Pod or
-    /// Service, until its store shows it: a reconcile in between (store lag) does not send
-    /// the same request again.
+    /// Service, or deleted the Task, until its store shows it: a reconcile in between (store
+    /// lag) does not send the same request again.
     pub requested: DashMap<(&'static str, String), std::time::Instant>,
     /// Integration calls in flight and their outcomes.
     pub calls: Arc<super::calls::Calls>,
@@ -101,7 +101,25 @@ pub struct Ctx {
     pub(super) listed: tokio::sync::watch::Receiver<bool>,
 }
 
+/// How long an object this operator created or deleted may stay as it was in its store
+/// before the request is sent again (normally its watch event arrives well within this).
+pub const STORE_LAG: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The key of [`Ctx::requested`] for a Task's own deletion (by its environment's cleanup).
+pub const TASK_DELETION: &str = "Task deletion";
+
 impl Ctx {
+    /// Time left to wait when this operator sent the request `what` for the task (uid)
+    /// moments ago.
+    pub fn awaiting_store(
+        &self,
+        what: &'static str,
+        task_uid: &str,
+    ) -> Option<std::time::Duration> {
+        let at = *self.requested.get(&(what, task_uid.to_string()))?;
+        STORE_LAG.checked_sub(at.elapsed())
+    }
+
     /// The stored Tasks of Environment `env` in `namespace` (by the index, no scan).
     pub fn tasks_of(&self, namespace: &str, env: &str) -> Vec<Arc<Task>> {
         self.task_index

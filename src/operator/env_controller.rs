@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
 use super::aggregate::aggregate;
-use super::context::Ctx;
+use super::context::{Ctx, TASK_DELETION};
 use super::task_sets::{
     ENV_FINALIZER, SetProblem, TaskWrites, build_task, collect_tasks, task_writes,
 };
@@ -810,16 +810,24 @@ async fn finalize(env: &Environment, ctx: &Ctx) -> Result<Action> {
     };
     let tasks: Vec<Arc<Task>> = ctx.tasks_of(&ns, &name);
     let task_api: Api<Task> = Api::namespaced(ctx.client.clone(), &ns);
-    let to_delete: Vec<String> = tasks
+    // Each Task deleted once: one whose deletion the store does not show yet (lag) is not
+    // sent again at every reconcile.
+    let to_delete: Vec<(String, String)> = tasks
         .iter()
         .filter(|t| t.metadata.deletion_timestamp.is_none())
-        .map(|t| t.name_any())
+        .map(|t| (t.name_any(), t.uid().unwrap_or_default()))
+        .filter(|(_, uid)| ctx.awaiting_store(TASK_DELETION, uid).is_none())
         .collect();
     stream::iter(to_delete)
-        .map(|t| {
+        .map(|(t, uid)| {
             let api = task_api.clone();
             let ns = ns.clone();
-            async move { delete_ignore_missing(&api, &t, "Task", &ns).await }
+            async move {
+                delete_ignore_missing(&api, &t, "Task", &ns).await?;
+                ctx.requested
+                    .insert((TASK_DELETION, uid), std::time::Instant::now());
+                Ok::<_, Error>(())
+            }
         })
         .buffer_unordered(ctx.args.apply_concurrency.max(1))
         .try_for_each(|_| async { Ok(()) })

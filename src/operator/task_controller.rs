@@ -822,10 +822,6 @@ fn forget_endpoint(task: &Task, control: &ControlClient) {
     }
 }
 
-/// How long a Pod or Service this operator created may stay out of its store before it is
-/// created again (normally its watch event arrives well within this).
-const STORE_LAG: Duration = Duration::from_secs(30);
-
 const POD: &str = "Pod";
 const SERVICE: &str = "Service";
 const POD_DELETION: &str = "Pod deletion";
@@ -833,8 +829,7 @@ const SERVICE_DELETION: &str = "Service deletion";
 
 /// Time left to wait when this operator sent the request `what` for the task moments ago.
 fn awaiting_store(ctx: &Ctx, what: &'static str, task_uid: &str) -> Option<Duration> {
-    let at = *ctx.requested.get(&(what, task_uid.to_string()))?;
-    STORE_LAG.checked_sub(at.elapsed())
+    ctx.awaiting_store(what, task_uid)
 }
 
 fn pod_age(pod: &Pod) -> Duration {
@@ -1122,7 +1117,13 @@ async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
             after: Duration::from_secs(2),
         });
     }
-    for what in [POD, SERVICE, POD_DELETION, SERVICE_DELETION] {
+    for what in [
+        POD,
+        SERVICE,
+        POD_DELETION,
+        SERVICE_DELETION,
+        super::context::TASK_DELETION,
+    ] {
         ctx.requested.remove(&(what, uid.clone()));
     }
     ctx.verified.remove(&uid);
