@@ -6,8 +6,14 @@
 //! status once. Figures: wall time, apiserver requests, operator peak RSS (VmHWM of the
 //! `envbridge operator` child process), and the ratio to the floor.
 //!
+//! The peak RSS is printed against an empty operator's (the same process before the
+//! environment is written): what each task adds. The last line is one JSON object:
+//! `{"bench":"operator","tasks":N,"floor_s":F,"operator_s":O,"ratio":R,"peak_rss_mib":M,
+//! "baseline_rss_mib":B,"kb_per_task":K,"requests":Q,"floor_requests":FQ}`.
+//!
 //! Run: `cargo bench --bench operator` (starts or reuses the local control plane; grows it to
-//! BENCH_NODES nodes). BENCH_NODES, BENCH_TASKS_PER_NODE, BENCH_CONCURRENCY adjust it.
+//! BENCH_NODES nodes). BENCH_NODES, BENCH_TASKS_PER_NODE, BENCH_CONCURRENCY adjust it;
+//! BENCH_OPERATOR_WRAPPER runs the operator under a profiler (`heaptrack -o FILE`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -89,7 +95,22 @@ async fn run() -> Res {
     });
     let log = std::env::temp_dir().join(format!("envbridge-bench-operator-{suffix}.log"));
     let log_file = std::fs::File::create(&log)?;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+    // BENCH_OPERATOR_WRAPPER (a profiler's command line, e.g. `heaptrack -o /tmp/op`) runs
+    // the operator under it; its RSS figures are then the wrapper's.
+    let wrapper: Vec<String> = std::env::var("BENCH_OPERATOR_WRAPPER")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let mut command = match wrapper.split_first() {
+        Some((prog, rest)) => {
+            let mut c = tokio::process::Command::new(prog);
+            c.args(rest).arg(env!("CARGO_BIN_EXE_envbridge"));
+            c
+        }
+        None => tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge")),
+    };
+    let mut child = command
         .args([
             "operator",
             "--metrics-listen=127.0.0.1:0",
@@ -105,7 +126,10 @@ async fn run() -> Res {
         .kill_on_drop(true)
         .spawn()?;
     let pid = child.id().ok_or("operator exited at once")?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // An empty operator (its watches up, no environment): what the tasks add is measured
+    // against this.
+    let baseline_kib = peak_rss_kib(pid).unwrap_or(0);
     let refs = task_refs("bo", nodes, per_node);
     let total = refs.len();
     let t0 = Instant::now();
@@ -192,7 +216,13 @@ async fn run() -> Res {
         "operator: {} more requests for the teardown ({all_requests} in all: {all_by_verb})",
         all_requests.saturating_sub(op_requests)
     );
-    println!("operator: peak RSS {:.1} MiB", rss_kib as f64 / 1024.0);
+    let kb_per_task =
+        (rss_kib.saturating_sub(baseline_kib)) as f64 * 1024.0 / 1000.0 / total as f64;
+    println!(
+        "operator: peak RSS {:.1} MiB, empty operator {:.1} MiB: {kb_per_task:.1} KB a task",
+        rss_kib as f64 / 1024.0,
+        baseline_kib as f64 / 1024.0
+    );
     println!(
         "operator: teardown (Environment deleted -> no Task/Pod/Service left) {:.2?}",
         teardown
@@ -203,6 +233,15 @@ async fn run() -> Res {
                "operator_ms": op_time.as_millis() as u64, "environment_written_ms": env_written.as_millis() as u64, "operator_requests": op_requests, "operator_requests_by_verb": op_by_verb,
                "operator_requests_with_teardown": all_requests, "ratio": (ratio * 100.0).round() / 100.0,
                "operator_peak_rss_mib": (rss_kib as f64 / 1024.0).round(), "teardown_ms": teardown.as_millis() as u64})
+    );
+    // The contract's last line (issue 23).
+    let round2 = |x: f64| (x * 100.0).round() / 100.0;
+    println!(
+        "{}",
+        json!({"bench": "operator", "tasks": total, "floor_s": round2(floor_time.as_secs_f64()),
+               "operator_s": round2(op_time.as_secs_f64()), "ratio": round2(ratio),
+               "peak_rss_mib": round2(rss_kib as f64 / 1024.0), "baseline_rss_mib": round2(baseline_kib as f64 / 1024.0),
+               "kb_per_task": round2(kb_per_task), "requests": op_requests, "floor_requests": floor_requests})
     );
     Ok(())
 }

@@ -5,7 +5,9 @@ use clap::Parser;
 mod cli;
 
 // Rendering and the watches allocate many small objects; mimalloc serves them faster than
-// the system allocator (docs/benchmarks.md, Render).
+// the system allocator (docs/benchmarks.md, Render). The `system-allocator` feature keeps the
+// C allocator, which heap profilers (heaptrack) see: for profiles only.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
