@@ -123,6 +123,7 @@ pub fn task_record(r: &Roster, task: &Task) -> TaskRecord {
             .map(|tr| (r.intern(&tr.id), phase(tr.phase))),
         ports: t.ports().into(),
         control_port: t.control_port,
+        pid: status.and_then(|s| s.pid).unwrap_or(0),
         deleting: task.metadata.deletion_timestamp.is_some(),
         changed_at: SystemTime::UNIX_EPOCH,
     }

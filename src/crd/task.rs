@@ -54,6 +54,10 @@ pub struct TaskStatus {
     pub node_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The task process's pid as the process reports it (`GetState`; in its container's PID
+    /// namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transition: Option<TransitionStatus>,
     /// A failed process's story: its container's termination message (with

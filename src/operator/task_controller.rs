@@ -452,9 +452,10 @@ async fn control(
             st.message = None;
         } else {
             match ctx.control.get_state(&ep, deadline).await {
-                Ok((state, _pid)) => {
+                Ok((state, pid)) => {
                     ctx.verified.insert(task_uid.clone());
                     st.state = Some(state);
+                    st.pid = (pid > 0).then_some(pid);
                     if state != State::Error {
                         st.message = None;
                     }

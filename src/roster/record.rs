@@ -124,6 +124,8 @@ pub struct TaskRecord {
     pub ports: Box<[u16]>,
     /// The task's control port (0: none, e.g. a hook).
     pub control_port: u16,
+    /// The process's pid as it reports it (0: not known).
+    pub pid: u32,
     pub deleting: bool,
     pub changed_at: SystemTime,
 }
@@ -152,6 +154,7 @@ impl TaskRecord {
             && self.transition == other.transition
             && self.ports == other.ports
             && self.control_port == other.control_port
+            && self.pid == other.pid
             && self.deleting == other.deleting
     }
 

@@ -46,6 +46,7 @@ fn task(r: &Roster, name: &str, node: &str, state: State) -> TaskRecord {
         transition: None,
         ports: vec![47100, 47101].into(),
         control_port: 47100,
+        pid: 0,
         deleting: false,
         changed_at: SystemTime::UNIX_EPOCH,
     }

@@ -1070,6 +1070,13 @@ async fn direct_and_fairmq_tasks_are_driven_over_the_control_protocol() -> Res {
             && e.status.as_ref().and_then(|s| s.ready.as_deref()) == Some("4/4")
     })
     .await?;
+    // Each Task keeps the pid its process reported when it first answered.
+    let task_api: Api<Task> = Api::namespaced(fx.admin.clone(), &fx.ns);
+    for t in &tasks {
+        let got = task_api.get(&t.name).await?;
+        let pid = got.status.and_then(|s| s.pid);
+        assert!(pid.is_some_and(|p| p > 0), "{}: pid {pid:?}", t.name);
+    }
     for (id, event, target) in [
         ("c1", Event::Configure, State::Configured),
         ("s1", Event::Start, State::Running),

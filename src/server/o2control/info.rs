@@ -24,6 +24,11 @@ pub fn short_task(t: &TaskRecord) -> pb::ShortTaskInfo {
             ..Default::default()
         }),
         critical: t.critical,
+        pid: if t.pid > 0 {
+            t.pid.to_string()
+        } else {
+            String::new()
+        },
         ..Default::default()
     }
 }

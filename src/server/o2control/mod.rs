@@ -267,6 +267,7 @@ pub(crate) mod fixture {
             transition: None,
             ports: Box::new([]),
             control_port: 47100,
+            pid: 0,
             deleting: false,
             changed_at: SystemTime::now(),
         })

@@ -293,6 +293,7 @@ pub fn synthetic_task(
         transition: None,
         ports: vec![40000 + (i % 20) as u16].into(),
         control_port: 40000 + (i % 20) as u16,
+        pid: 0,
         deleting: false,
         changed_at: SystemTime::now(),
     }
