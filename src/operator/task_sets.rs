@@ -114,8 +114,12 @@ pub fn build_task(env: &Environment, tref: &TaskRef) -> Task {
 
 /// True when `existing` already is what `build_task` gives (no write needed).
 pub fn task_up_to_date(existing: &Task, want: &Task) -> bool {
-    existing.spec == want.spec
-        && existing.metadata.labels == want.metadata.labels
+    existing.spec == want.spec && same_metadata(existing, want)
+}
+
+/// The labels, the finalizer and the owner `build_task` gives are there.
+fn same_metadata(existing: &Task, want: &Task) -> bool {
+    existing.metadata.labels == want.metadata.labels
         && existing.finalizers().iter().any(|f| f == TASK_FINALIZER)
         && existing
             .owner_references()
@@ -141,12 +145,7 @@ fn only_transition_differs(existing: &Task, want: &Task) -> bool {
         && existing.spec.transition != want.spec.transition
         && existing.spec.environment == want.spec.environment
         && existing.spec.task == want.spec.task
-        && existing.metadata.labels == want.metadata.labels
-        && existing.finalizers().iter().any(|f| f == TASK_FINALIZER)
-        && existing
-            .owner_references()
-            .iter()
-            .any(|o| Some(&o.uid) == want.owner_references().first().map(|w| &w.uid))
+        && same_metadata(existing, want)
 }
 
 /// Decides the writes from each reference's wanted Task beside the stored one, and the
