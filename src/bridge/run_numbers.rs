@@ -70,15 +70,6 @@ impl std::str::FromStr for Source {
     }
 }
 
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Source::Counter(ns, name) => write!(f, "ConfigMap {ns}/{name}"),
-            Source::Service(url) => write!(f, "run-number service {url}"),
-        }
-    }
-}
-
 /// The run number in a run-number service's answer: `runNumber`, a number or its text,
 /// from 1 to 2^32-1 (the anchor's run numbers are 32-bit).
 pub fn from_answer(answer: &serde_json::Value, url: &str) -> Result<u32> {

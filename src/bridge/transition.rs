@@ -45,9 +45,25 @@ impl TransitionResult {
     }
 }
 
+/// The most a transition's arguments may weigh in all: they are written on the Environment
+/// twice (the transition, and a run's among its run variables).
+pub const MAX_ARGUMENTS_BYTES: usize = 64 * 1024;
+
+/// A transition's arguments within [`MAX_ARGUMENTS_BYTES`], or the error naming their size.
+pub fn check_arguments(args: &BTreeMap<String, String>) -> Result<()> {
+    let size: usize = args.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if size > MAX_ARGUMENTS_BYTES {
+        return Err(BridgeError::Invalid(vec![format!(
+            "arguments: {size} bytes in all, at most {MAX_ARGUMENTS_BYTES}; nothing was written"
+        )]));
+    }
+    Ok(())
+}
+
 impl Bridge {
     pub async fn transition(&self, call: &TransitionCall) -> Result<TransitionResult> {
         let started = Instant::now();
+        check_arguments(&call.arguments)?;
         let env = self.resolve(&call.env)?;
         let key = env.key.clone();
         let (id, event) = match (
@@ -188,5 +204,20 @@ impl Bridge {
         tracing::info!(environment = %key, transition = id, %event, "transition requested");
         tracing::debug!(target: "envbridge::hops", hop = "daemon_written", transition = id, environment = %key);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_bounded_and_the_refusal_names_their_size() {
+        let small = BTreeMap::from([("run_number".to_string(), "7".to_string())]);
+        assert!(check_arguments(&small).is_ok());
+        let big = BTreeMap::from([("x".to_string(), "y".repeat(MAX_ARGUMENTS_BYTES))]);
+        let e = check_arguments(&big).unwrap_err().to_string();
+        assert!(e.contains(&(MAX_ARGUMENTS_BYTES + 1).to_string()), "{e}");
+        assert!(e.contains("nothing was written"), "{e}");
     }
 }

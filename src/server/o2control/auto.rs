@@ -162,7 +162,7 @@ impl Control {
             sink.clone(),
             stop.clone().cancelled_owned(),
         ));
-        let end = self.run_auto(&key, &caller).await;
+        let end = self.run_auto(&key, &caller, &env_id).await;
         if let Err(why) = end {
             tracing::warn!(environment = %key, error = %why, "automatic environment failed; it is destroyed");
             sink.lock().await.send(said(
@@ -184,18 +184,11 @@ impl Control {
 
     /// Deploy, CONFIGURE, START_ACTIVITY, then wait for the run to end; RESET and destroy.
     /// Err: what failed (the caller sends GO_ERROR and destroys).
-    async fn run_auto(&self, key: &EnvKey, caller: &Caller) -> Result<(), String> {
-        deploy_and_configure(&self.bridge, caller, key)
-            .await
-            .map_err(|m| format!("transition CONFIGURE failed: {m}"))?;
-        let env_id = self
-            .bridge
-            .roster
-            .env(key)
-            .map(|e| e.id.to_string())
-            .unwrap_or_default();
+    async fn run_auto(&self, key: &EnvKey, caller: &Caller, env_id: &str) -> Result<(), String> {
+        // Its own words: "deployment failed: ..." or "CONFIGURE failed: ...".
+        deploy_and_configure(&self.bridge, caller, key).await?;
         let args = self
-            .start_arguments(&env_id)
+            .start_arguments(env_id)
             .await
             .map_err(|s| format!("transition START_ACTIVITY failed: {}", s.message()))?;
         run(&self.bridge, caller, key, Event::Start, args)

@@ -130,7 +130,7 @@ impl Feed {
             out.extend(self.task_changed(t));
         }
         for name in gone {
-            out.extend(self.task_gone(&name, None));
+            out.extend(self.task_gone(&name));
         }
         out
     }
@@ -144,7 +144,7 @@ impl Feed {
                 self.task_changed(t).into_iter().collect()
             }
             Change::TaskDeleted { env, name } if *env == self.key => {
-                self.task_gone(name, None).into_iter().collect()
+                self.task_gone(name).into_iter().collect()
             }
             Change::Reset(_) => self.snapshot(roster),
             _ => vec![],
@@ -199,7 +199,7 @@ impl Feed {
     }
 
     /// A task whose object is gone: its process was ended with its environment.
-    fn task_gone(&mut self, name: &Str, _why: Option<&str>) -> Option<ev::Event> {
+    fn task_gone(&mut self, name: &Str) -> Option<ev::Event> {
         let last = self.tasks.remove(name)?;
         Some(stamped(ev::event::Payload::TaskEvent(ev::EvTaskEvent {
             name: name.to_string(),

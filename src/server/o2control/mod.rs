@@ -133,8 +133,15 @@ pub async fn serve(
     stop: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ServerError> {
     cfg.check(tls)?;
+    // Certificates and keys are a few KB: a file beyond this is not one.
+    const MAX_PEM: u64 = 1024 * 1024;
     let read = |p: &Path| {
-        std::fs::read(p).map_err(|e| ServerError::O2ControlTls(format!("{}: {e}", p.display())))
+        let err = |e: String| ServerError::O2ControlTls(format!("{}: {e}", p.display()));
+        let len = std::fs::metadata(p).map_err(|e| err(e.to_string()))?.len();
+        if len > MAX_PEM {
+            return Err(err(format!("{len} bytes, at most {MAX_PEM} (a PEM file)")));
+        }
+        std::fs::read(p).map_err(|e| err(e.to_string()))
     };
     let (identify, tls_config) = match (&cfg.client_ca, tls.cert, tls.key, tls.tokens) {
         (Some(ca), Some(cert), Some(key), Some(tokens)) => {

@@ -282,7 +282,7 @@ control_impl! {
             req: Request<pb::NewEnvironmentRequest>,
         ) -> Result<Response<pb::NewEnvironmentReply>, Status> {
             let caller = self.allow(&req, Role::Operator, "NewEnvironment")?;
-            let r = self.create(&caller, req.into_inner(), true, "NewEnvironment").await?;
+            let r = self.create(&caller, req.into_inner(), true).await?;
             Ok(Response::new(r))
         }
 
@@ -291,7 +291,7 @@ control_impl! {
             req: Request<pb::NewEnvironmentRequest>,
         ) -> Result<Response<pb::NewEnvironmentReply>, Status> {
             let caller = self.allow(&req, Role::Operator, "NewEnvironmentAsync")?;
-            let r = self.create(&caller, req.into_inner(), false, "NewEnvironmentAsync").await?;
+            let r = self.create(&caller, req.into_inner(), false).await?;
             Ok(Response::new(r))
         }
 

@@ -24,7 +24,8 @@ use super::pb::events as ev;
 /// At most this many subscription ids at once (each a bounded channel).
 pub const MAX_SLOTS: usize = 256;
 /// Events buffered per subscription; beyond, events are dropped (and counted in the log).
-const BUFFER: usize = 4096;
+/// With [`MAX_SLOTS`], what unread subscriptions can hold stays in the tens of MB.
+const BUFFER: usize = 1024;
 /// A subscription id's longest form (the anchor's clients use 20-character xids).
 pub const MAX_ID: usize = 128;
 /// How long a finished environment's events wait for a subscriber that never came.

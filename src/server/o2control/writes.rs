@@ -226,7 +226,6 @@ impl Control {
         caller: &Caller,
         r: pb::NewEnvironmentRequest,
         wait: bool,
-        rpc: &str,
     ) -> Result<pb::NewEnvironmentReply, Status> {
         let req = NewRequest {
             workflow_template: &r.workflow_template,
@@ -234,7 +233,6 @@ impl Control {
             request_user: r.request_user.as_ref(),
         };
         let (key, caller, c) = self.create_only(caller, &req).await?;
-        tracing::debug!(rpc, environment = %key, "o2control create");
         if wait {
             deploy_and_configure(&self.bridge, &caller, &key)
                 .await
@@ -302,7 +300,7 @@ impl Control {
     }
 
     /// START_ACTIVITY's arguments, as the anchor's core gives them: the next run number
-    /// (from the counter in the cluster) and the run's start time.
+    /// (from the site's run-number source) and the run's start time.
     pub(super) async fn start_arguments(
         &self,
         env_id: &str,
