@@ -43,8 +43,9 @@ impl Sim {
         let stop = CancellationToken::new();
         let (c, s, n) = (cfg.clone(), stop.clone(), ns.to_string());
         tokio::spawn(async move {
+            let mut created = BTreeSet::new();
             while !s.is_cancelled() {
-                if let Err(e) = round(&client, &n, &c, &s).await {
+                if let Err(e) = round(&client, &n, &c, &s, &mut created).await {
                     eprintln!("sim: {e}");
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -74,6 +75,7 @@ async fn round(
     ns: &str,
     cfg: &Arc<Mutex<SimConfig>>,
     stop: &CancellationToken,
+    created: &mut BTreeSet<String>,
 ) -> Result<(), kube::Error> {
     let envs: Api<Environment> = Api::namespaced(client.clone(), ns);
     let tasks: Api<Task> = Api::namespaced(client.clone(), ns);
@@ -83,13 +85,20 @@ async fn round(
             continue;
         }
         let name = env.name_any();
+        // Reads across kinds are not one snapshot: a set named by the Environment read here
+        // may be gone (re-packed by a kill), so an incomplete view is not acted on.
         let mut refs: Vec<TaskRef> = Vec::new();
+        let mut complete = true;
         for r in &env.spec.task_sets {
             match sets.get_opt(&r.name).await? {
                 Some(ts) => refs.extend(ts.spec.tasks),
-                None => continue,
+                None => complete = false,
             }
         }
+        if !complete {
+            continue;
+        }
+        let uid = env.uid().unwrap_or_default();
         let by_env = ListParams::default().labels(&format!("{}={}", labels::ENVIRONMENT, name));
         let existing: BTreeMap<String, Task> = tasks
             .list(&by_env)
@@ -107,11 +116,20 @@ async fn round(
             api_version: Environment::api_version(&()).to_string(),
             kind: Environment::kind(&()).to_string(),
             name: name.clone(),
-            uid: env.uid().unwrap_or_default(),
+            uid: uid.clone(),
             controller: Some(true),
             block_owner_deletion: Some(true),
         };
-        for t in refs.iter().filter(|t| !existing.contains_key(&t.name)) {
+        // As the operator: Tasks are created once, so a killed task stays gone even when this
+        // round read the Environment from before the kill.
+        let missing: Vec<&TaskRef> = if created.contains(&uid) {
+            Vec::new()
+        } else {
+            refs.iter()
+                .filter(|t| !existing.contains_key(&t.name))
+                .collect()
+        };
+        for t in missing {
             let mut task = Task::new(
                 &t.name,
                 TaskSpec {
@@ -135,6 +153,7 @@ async fn round(
                 .patch_status(&t.name, &PatchParams::default(), &Patch::Merge(&status))
                 .await?;
         }
+        created.insert(uid);
         let Some(tr) = env.spec.transition.clone() else {
             publish(&envs, &tasks, &env, &by_env).await?;
             continue;
