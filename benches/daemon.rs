@@ -157,7 +157,7 @@ async fn run() -> Res {
     .await?;
     let floor = envbridge::launch::client::counted(kcfg, floor_count.clone(), Default::default())?;
     let mut objs = objects("bf", nodes, per_node);
-    objs.place(&floor_ns);
+    objs.place(&floor_ns, None);
     let t = Instant::now();
     let pp = PatchParams::apply("bench-floor").force();
     let sets: Api<TaskSet> = Api::namespaced(floor.clone(), &floor_ns);
@@ -214,7 +214,7 @@ async fn run() -> Res {
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
         let mut objs = objects("bd", nodes, per_node);
-        objs.place(&sim_ns);
+        objs.place(&sim_ns, None);
         cluster_side_create(&sim_client, &sim_ns, &env, &objs, conc).await
     });
     let created = api

@@ -379,7 +379,7 @@ async fn floor(client: &Client, ns: &str, refs: &[TaskRef], concurrency: usize) 
                 t.metadata.finalizers = None;
                 t.metadata.owner_references = None;
                 let t = tasks.create(pp, &t).await?;
-                let labels = task_labels("bf", &r);
+                let labels = task_labels("bf", &r, None);
                 let tt = &tmpl[r.class.as_str()];
                 let node = format!("{}.cluster.local", r.node);
                 let pod = build_pod(

@@ -23,6 +23,9 @@ pub struct BridgeConfig {
     pub namespaces: NamespaceMode,
     /// Watch only this namespace (None: all; required with per-environment namespaces).
     pub watch_namespace: Option<String>,
+    /// The operator shard of the environments this daemon creates (their `envbridge.dev/shard`
+    /// label; None: the operator without a shard).
+    pub shard: Option<String>,
     /// Field manager for server-side apply.
     pub field_manager: String,
     /// Namespace found Terminating: how long to wait for it to be gone (404).
@@ -82,6 +85,7 @@ impl Default for BridgeConfig {
                 namespace: "envbridge".into(),
             },
             watch_namespace: None,
+            shard: None,
             field_manager: "envbridge-daemon".into(),
             namespace_gone_timeout: Duration::from_secs(180),
             namespace_active_timeout: Duration::from_secs(30),

@@ -266,7 +266,7 @@ impl Bridge {
             namespace::ensure_exists(&self.client, ns).await?;
         }
         namespace::grant_operator(&self.client, &self.cfg, ns).await?;
-        objs.place(ns);
+        objs.place(ns, self.cfg.shard.as_deref());
         let pp = PatchParams::apply(&self.cfg.field_manager).force();
         let sets: Api<TaskSet> = Api::namespaced(self.client.clone(), ns);
         // Independent objects: a few at once (a large environment has tens of TaskSets).

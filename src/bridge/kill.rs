@@ -84,7 +84,11 @@ impl Bridge {
             return Ok(()); // not in any set (already dropped by an earlier kill)
         }
         let mut objs = crate::objects::pack(&key.name, &env.spec.id, &env.spec.workflow, kept);
-        objs.place(&key.namespace);
+        // The re-packed sets stay in the environment's shard, whoever created it.
+        objs.place(
+            &key.namespace,
+            crate::crd::shard::of(kube::ResourceExt::labels(&env)),
+        );
         let old: BTreeSet<&str> = env.spec.task_sets.iter().map(|r| r.name.as_str()).collect();
         let pp = PatchParams::apply(&self.cfg.field_manager).force();
         for ts in &objs.task_sets {

@@ -94,6 +94,12 @@ pub struct DaemonArgs {
     /// Watch only this namespace (default: all, needed with per-environment namespaces).
     #[arg(long, env = "ENVBRIDGE_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
+    /// The operator shard of the environments this daemon creates: their objects carry the
+    /// label `envbridge.dev/shard=SHARD` and only `envbridge operator --shard SHARD`
+    /// reconciles them (default: the operator started without --shard).
+    #[arg(long, env = "ENVBRIDGE_DAEMON_SHARD", value_name = "SHARD", value_parser = envbridge::crd::shard::parse)]
+    #[serde(deserialize_with = "daemon_file::shard")]
+    pub shard: Option<String>,
     #[arg(long, env = "ENVBRIDGE_TASKS_DIR")]
     pub tasks_dir: Option<PathBuf>,
     #[arg(long, env = "ENVBRIDGE_WORKFLOWS_DIR")]
@@ -296,6 +302,7 @@ pub fn resolve(a: DaemonArgs) -> Result<Settings, String> {
         (None, None) => b.namespaces,
     };
     b.watch_namespace = a.watch_namespace;
+    b.shard = a.shard;
     if b.per_env_namespace() && b.watch_namespace.is_some() {
         return Err("watch-namespace cannot be used with per-environment namespaces".into());
     }

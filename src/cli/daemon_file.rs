@@ -68,6 +68,7 @@ impl DaemonArgs {
             namespace,
             namespace_prefix,
             watch_namespace,
+            shard,
             tasks_dir,
             workflows_dir,
             config_store,
@@ -139,6 +140,11 @@ pub fn o2control_role<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<envbridge::server::auth::Role>, D::Error> {
     by_flag_parser(d, "o2control-role", role)
+}
+
+/// `shard: NAME`, checked as `--shard` is.
+pub fn shard<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    by_flag_parser(d, "shard", envbridge::crd::shard::parse)
 }
 
 /// `o2control-run-numbers: NAMESPACE/NAME` or an `http://` URL.

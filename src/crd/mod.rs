@@ -3,6 +3,7 @@
 //! One kind per file. The generated YAML lives in `crds/` and a test checks it against these types.
 
 mod environment;
+pub mod shard;
 mod task;
 mod task_set;
 mod task_template;
@@ -36,6 +37,8 @@ pub mod labels {
     pub const ROLE_PATH: &str = "envbridge.dev/role-path";
     /// On Nodes: the short host name a workflow's machine_id uses.
     pub const HOST: &str = "envbridge.dev/host";
+    /// The operator shard an environment's objects belong to (`super::shard`).
+    pub const SHARD: &str = "envbridge.dev/shard";
 }
 
 /// All CRDs as one YAML stream, in a stable order (what `envbridge crd` prints).

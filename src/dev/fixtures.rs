@@ -58,6 +58,19 @@ pub async fn deploy(
     budget: usize,
     manager: &str,
 ) -> Result<()> {
+    deploy_in_shard(client, ns, name, tasks, budget, manager, None).await
+}
+
+/// [`deploy`], the objects labelled for the operator `shard`.
+pub async fn deploy_in_shard(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    tasks: &[TaskRef],
+    budget: usize,
+    manager: &str,
+    shard: Option<&str>,
+) -> Result<()> {
     let mut ports: std::collections::BTreeMap<String, BTreeSet<u16>> = Default::default();
     for t in tasks {
         ports.entry(t.node.clone()).or_default().extend(t.ports());
@@ -71,7 +84,7 @@ pub async fn deploy(
         ports,
     };
     let mut objs = crate::objects::from_plan(plan, Some(ns), budget, false);
-    objs.place(ns);
+    objs.place(ns, shard);
     let pp = PatchParams::apply(manager).force();
     let sets: Api<TaskSet> = Api::namespaced(client.clone(), ns);
     for set in &objs.task_sets {

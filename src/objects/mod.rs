@@ -48,14 +48,16 @@ impl Objects {
         out
     }
 
-    /// Sets the namespace and the labels envbridge filters on, on every object.
-    pub fn place(&mut self, namespace: &str) {
+    /// Sets the namespace and the labels envbridge filters on, on every object: the operator
+    /// `shard` that reconciles them among those.
+    pub fn place(&mut self, namespace: &str, shard: Option<&str>) {
         let env = self.name();
         let stamp = |meta: &mut ObjectMeta| {
             meta.namespace = Some(namespace.to_string());
             let l = meta.labels.get_or_insert_with(BTreeMap::new);
             l.insert(labels::MANAGED_BY.into(), labels::MANAGER.into());
             l.insert(labels::ENVIRONMENT.into(), env.clone());
+            crate::crd::shard::stamp(l, shard);
         };
         stamp(&mut self.environment.metadata);
         for s in &mut self.task_sets {

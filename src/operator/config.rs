@@ -12,6 +12,11 @@ pub struct OperatorArgs {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "ENVBRIDGE_OPERATOR_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Reconcile only the environments labelled `envbridge.dev/shard=SHARD` (and their
+    /// objects); without it, only those with no shard label. Each shard elects its own
+    /// leader (Lease `envbridge-operator-SHARD` unless --lease-name is given).
+    #[arg(long, env = "ENVBRIDGE_OPERATOR_SHARD", value_name = "SHARD", value_parser = crate::crd::shard::parse)]
+    pub shard: Option<String>,
     /// Tasks reconciled at once (pods created, control calls in flight); 0 = unbounded.
     #[arg(long, env = "ENVBRIDGE_TASK_CONCURRENCY", default_value_t = 256)]
     pub task_concurrency: u16,
@@ -118,6 +123,14 @@ impl OperatorArgs {
             home_base: self.home_base.clone(),
             default_user: self.default_user.clone(),
             fairmq_plugin_dir: self.fairmq_plugin_dir.clone(),
+        }
+    }
+
+    /// The Lease replicas of this operator (its shard) elect a leader with by default.
+    pub fn default_lease_name(&self) -> String {
+        match &self.shard {
+            Some(s) => format!("envbridge-operator-{s}"),
+            None => "envbridge-operator".to_string(),
         }
     }
 

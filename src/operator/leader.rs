@@ -42,7 +42,7 @@ async fn lead(
     let lease = args
         .lease
         .choice()
-        .config("envbridge-operator", super::FIELD_MANAGER)
+        .config(&args.default_lease_name(), super::FIELD_MANAGER)
         .map_err(Error::Lease)?;
     let Some(lease) = lease else {
         // A single replica leads by definition.

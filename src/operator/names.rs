@@ -26,15 +26,22 @@ pub fn service_name(task_name: &str) -> String {
     format!("{}-{hash}", head.trim_end_matches('-'))
 }
 
-/// Labels of a Task and of its Pod and Service (managed-by, environment, node, task, class).
-pub fn task_labels(environment: &str, task: &TaskRef) -> BTreeMap<String, String> {
-    BTreeMap::from([
+/// Labels of a Task and of its Pod and Service (managed-by, environment, node, task, class,
+/// and the environment's operator shard when it has one: the shard's watches select on it).
+pub fn task_labels(
+    environment: &str,
+    task: &TaskRef,
+    shard: Option<&str>,
+) -> BTreeMap<String, String> {
+    let mut l = BTreeMap::from([
         (labels::MANAGED_BY.to_string(), labels::MANAGER.to_string()),
         (labels::ENVIRONMENT.to_string(), label_value(environment)),
         (labels::NODE.to_string(), label_value(&task.node)),
         (labels::TASK.to_string(), label_value(&task.name)),
         (labels::CLASS.to_string(), label_value(&task.class)),
-    ])
+    ]);
+    crate::crd::shard::stamp(&mut l, shard);
+    l
 }
 
 /// The role path does not fit a label value: it travels as an annotation.

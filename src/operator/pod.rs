@@ -366,7 +366,7 @@ mod tests {
     }
 
     fn build(t: &Task, tmpl: &TaskTemplateSpec) -> Result<Pod, PodError> {
-        let labels = super::super::names::task_labels("e1", &t.spec.task);
+        let labels = super::super::names::task_labels("e1", &t.spec.task, None);
         let ann = super::super::names::task_annotations(&t.spec.task);
         build_pod(
             t,

@@ -153,10 +153,18 @@ pub async fn run_controllers(
 ) -> Result<()> {
     let ns = args.namespace.clone();
     let ns = ns.as_deref();
+    // A shard sees its own objects only (unsharded: those without the label), filtered by
+    // the apiserver; Nodes and TaskTemplates are the cluster's, shared by every shard.
+    let shard = crate::crd::shard::selector(args.shard.as_deref());
     let managed = watcher::Config::default()
-        .labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER))
+        .labels(&format!(
+            "{}={},{shard}",
+            labels::MANAGED_BY,
+            labels::MANAGER
+        ))
         .any_semantic();
     let plain = watcher::Config::default().any_semantic();
+    let sharded = watcher::Config::default().labels(&shard).any_semantic();
 
     let (tasks, task_stream) = reflect(scoped::<Task>(&client, ns), managed.clone(), trim::keep);
     let (pods, pod_stream) = reflect(scoped::<Pod>(&client, ns), managed.clone(), trim::pod);
@@ -166,7 +174,7 @@ pub async fn run_controllers(
         trim::service,
     );
     let (task_sets, set_stream) =
-        reflect(scoped::<TaskSet>(&client, ns), plain.clone(), trim::keep);
+        reflect(scoped::<TaskSet>(&client, ns), sharded.clone(), trim::keep);
     let (nodes, node_stream) = reflect(Api::<Node>::all(client.clone()), plain.clone(), trim::node);
     let (templates, tmpl_stream) = reflect(
         Api::<TaskTemplate>::all(client.clone()),
@@ -280,7 +288,7 @@ pub async fn run_controllers(
 
     let stop = shutdown.clone();
     let m = metrics.clone();
-    let env_ctl = controller::Controller::new(scoped::<Environment>(&client, ns), plain)
+    let env_ctl = controller::Controller::new(scoped::<Environment>(&client, ns), sharded)
         .reconcile_on(env_triggers)
         .watches_stream(
             log_errors(set_stream, "tasksets").applied_objects(),
@@ -307,6 +315,7 @@ pub async fn run_controllers(
 
     info!(
         namespace = ns.unwrap_or("<all>"),
+        shard = args.shard.as_deref().unwrap_or("<none>"),
         control_allow_remote = ctx.control.allow_remote(),
         "operator controllers running"
     );

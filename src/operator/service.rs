@@ -80,7 +80,7 @@ mod tests {
         );
         t.metadata.namespace = Some("ns".into());
         t.metadata.uid = Some("u".into());
-        let labels = super::super::names::task_labels("e", &t.spec.task);
+        let labels = super::super::names::task_labels("e", &t.spec.task, None);
         let svc = build_service(&t, &labels, 47999);
         assert_eq!(svc.metadata.name.as_deref(), Some("t-1abc-readout"));
         let spec = svc.spec.as_ref().unwrap();

@@ -146,7 +146,11 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
     step.write_status = true;
     let task_uid = task.uid().unwrap_or_default();
     let (seen, pod) = observe_task(task, ctx, st, &task_uid);
-    let labels = task_labels(&task.spec.environment, tref);
+    let labels = task_labels(
+        &task.spec.environment,
+        tref,
+        crate::crd::shard::of(task.labels()),
+    );
     let pod_api = || Api::<Pod>::namespaced(ctx.client.clone(), &ns);
     let decided = task_step::next(&seen);
     let pod = match (&decided, pod) {

@@ -97,7 +97,11 @@ pub fn build_task(env: &Environment, tref: &TaskRef) -> Task {
         metadata: ObjectMeta {
             name: Some(tref.name.clone()),
             namespace: env.namespace(),
-            labels: Some(task_labels(&env_name, tref)),
+            labels: Some(task_labels(
+                &env_name,
+                tref,
+                crate::crd::shard::of(env.labels()),
+            )),
             annotations: Some(task_annotations(tref)),
             owner_references: env.controller_owner_ref(&()).map(|o| vec![o]),
             finalizers: Some(vec![TASK_FINALIZER.to_string()]),

@@ -286,6 +286,45 @@ async fn a_failing_configure_fails_the_call_at_once_naming_the_task() {
     assert_eq!(bad_task["state"], "ERROR");
 }
 
+/// A daemon of an operator shard labels what it creates with it (the Environment and its
+/// TaskSets), and a kill's re-packed sets keep the environment's shard.
+#[tokio::test]
+async fn a_shard_daemon_labels_its_environments_and_their_sets() {
+    use envbridge::crd::labels::SHARD;
+    let ns = Setup::shared("daemon-shard").await;
+    let _sim = ns.sim(SimConfig::default());
+    let mut cfg = fixed_ns(&ns.name);
+    cfg.shard = Some("its".into());
+    let d = ns.daemon_with(cfg).await;
+    let mut api = d.client().await;
+    let c = fixture::create(&mut api, create_req("", "flp001,flp002", 48400)).await;
+    assert_eq!(c.outcome, "reached", "{}", c.message);
+    let envs: Api<Environment> = ns.api();
+    let sets: Api<TaskSet> = ns.api();
+    let shards = || async {
+        let env = envs.get(&c.id).await.expect("environment");
+        let mut found = vec![env.metadata.labels.unwrap_or_default().remove(SHARD)];
+        for r in &env.spec.task_sets {
+            let set = sets.get(&r.name).await.expect("set");
+            found.push(set.metadata.labels.unwrap_or_default().remove(SHARD));
+        }
+        found
+    };
+    let before = shards().await;
+    assert!(before.len() >= 2, "{before:?}");
+    assert!(
+        before.iter().all(|s| s.as_deref() == Some("its")),
+        "{before:?}"
+    );
+    let victim = format!("{}-flp002-stfsender", c.id);
+    assert!(fixture::kill(&mut api, &c.id, &victim).await);
+    let after = shards().await;
+    assert!(
+        after.iter().all(|s| s.as_deref() == Some("its")),
+        "{after:?}"
+    );
+}
+
 /// A kill re-packs the environment with the render's packer: the sets are named
 /// `{env}-{index:04}-{hash}` and verify against their content, also for an environment written
 /// under the older scheme (one `{env}-{hash}` set per 200 tasks; here one per task).

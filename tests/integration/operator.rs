@@ -24,6 +24,7 @@ use crate::support::TestNamespace;
 mod hooks;
 mod probes;
 mod real_nodes;
+mod shards;
 mod status_refused;
 
 const OPERATOR_SA: &str = "system:serviceaccount:envbridge-system:envbridge-operator";
