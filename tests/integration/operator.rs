@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::TestNamespace;
 
+mod failover;
 mod hooks;
 mod probes;
 mod real_nodes;
