@@ -8,6 +8,8 @@
 //!   254 pod IPs each; hostNetwork pods get the node's InternalIP)
 //! - service cluster-IP range: 127.2.0.0/16, data only: nothing ever dials it
 //! - kwok's fallback pod CIDR / node IP (used only for nodes we did not create): 127.127.255.0/24
+//! - a fault-proxied task simulator's own listener (`dev sim-runner --fault-dir`, behind the
+//!   proxy on its pod's address): 127.100.x.y, one address per simulator
 //! - real node r (1-based, a kubelet and a containerd of its own): realNNN, InternalIP
 //!   127.3.B.r, B = the plane's block (from its state directory, so that two planes' real
 //!   nodes never share an address); its pods are host-network pods on that address
@@ -33,6 +35,17 @@ pub const NODE_KIND_REAL: &str = "real";
 pub const NODE_KIND_SIMULATED: &str = "simulated";
 /// Real nodes one plane runs at most: each is a kubelet (~90 MiB) and a containerd.
 pub const MAX_REAL_NODES: u32 = 32;
+
+/// Addresses [`sim_upstream_ip`] hands out before it wraps.
+pub const SIM_UPSTREAM_IPS: u32 = 256 * 254;
+
+/// The `n`-th address (wrapping) a fault-proxied simulator listens on behind its proxy:
+/// 127.100.x.y, never .0 nor .255. A simulator of its own address cannot lose its port to
+/// another one between the runner's choice and its bind, as on a shared 127.0.0.1.
+pub fn sim_upstream_ip(n: u32) -> Ipv4Addr {
+    let n = n % SIM_UPSTREAM_IPS;
+    Ipv4Addr::new(127, 100, (n / 254) as u8, (n % 254 + 1) as u8)
+}
 
 /// Short host name of real node `r` (1-based): real001 ...
 pub fn real_host_name(r: u32) -> String {
@@ -182,5 +195,19 @@ mod tests {
         assert_eq!(pod_cidr(257).as_deref(), Some("127.129.0.0/24"));
         assert_eq!(pod_cidr(MAX_NODES + 1), None);
         assert!(!seen.contains(FALLBACK_POD_CIDR));
+    }
+
+    #[test]
+    fn simulators_behind_proxies_get_distinct_addresses_of_their_own() {
+        let mut seen = HashSet::new();
+        for n in 0..SIM_UPSTREAM_IPS {
+            let ip = sim_upstream_ip(n);
+            assert!(ip.is_loopback());
+            assert_eq!(ip.octets()[1], 100, "{ip} leaves its range");
+            assert!(!matches!(ip.octets()[3], 0 | 255), "{ip}");
+            assert!(seen.insert(ip), "duplicate {ip}");
+        }
+        assert_eq!(sim_upstream_ip(SIM_UPSTREAM_IPS), sim_upstream_ip(0));
+        assert!(!seen.contains(&node_ip(1).unwrap()));
     }
 }

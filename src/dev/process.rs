@@ -1,6 +1,7 @@
 //! Starting and stopping the component processes. Each component leads its own process
 //! group so that `dev down` can signal it together with anything it forked.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -10,10 +11,16 @@ use super::error::{IoContext, Result};
 
 /// A free TCP port on 127.0.0.1 (asked from the kernel, then released).
 pub fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").ctx("binding", "127.0.0.1:0")?;
+    free_port_on(Ipv4Addr::LOCALHOST)
+}
+
+/// A free TCP port on `ip` (asked from the kernel, then released).
+pub fn free_port_on(ip: Ipv4Addr) -> Result<u16> {
+    let at = SocketAddr::from((ip, 0));
+    let l = std::net::TcpListener::bind(at).ctx("binding", at.to_string())?;
     let port = l
         .local_addr()
-        .ctx("reading the address of", "127.0.0.1:0")?
+        .ctx("reading the address of", at.to_string())?
         .port();
     Ok(port)
 }

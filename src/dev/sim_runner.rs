@@ -22,6 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -33,6 +34,7 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
+use super::addressing::sim_upstream_ip;
 use super::sim_proxy::{ProxyError, SimProxy};
 use crate::control::sim::cli::{DEFAULT_CONTROL_PORT, EXIT_BIND_FAILED};
 use crate::control::sim::{self, SimConfig, SimMode, Simulator};
@@ -248,6 +250,8 @@ struct Runner {
     slots: HashMap<String, Slot>,
     /// Pods seen during a relist (watch restart), to drop the ones that vanished meanwhile.
     relist: Option<HashSet<String>>,
+    /// With --fault-dir, the next simulator's own address ([`sim_upstream_ip`]).
+    next_upstream: AtomicU32,
 }
 
 impl Runner {
@@ -337,10 +341,13 @@ impl Runner {
             return self.start_in_process(spec).await;
         }
         let (listen, proxy) = if self.args.fault_dir.is_some() {
-            // Bound, read and closed: the simulator binds it next (else exits
-            // EXIT_BIND_FAILED and is retried).
-            let listen = match super::process::free_port() {
-                Ok(port) => SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            // An address of its own, a port bound, read and closed there: the simulator
+            // binds it next (else exits EXIT_BIND_FAILED and is retried). On a shared
+            // 127.0.0.1 another simulator could take that port in between, and the proxy
+            // would forward this pod's control connections to it.
+            let ip = sim_upstream_ip(self.next_upstream.fetch_add(1, Ordering::Relaxed));
+            let listen = match super::process::free_port_on(ip) {
+                Ok(port) => SocketAddr::from((ip, port)),
                 Err(e) => {
                     warn!("sim runner: pod {}: no free loopback port: {e}", spec.pod);
                     return Slot::waiting(spec, Run::RetryAt(Instant::now() + RETRY_BIND));
@@ -669,6 +676,8 @@ pub async fn serve(
         args,
         slots: HashMap::new(),
         relist: None,
+        // Two runners on one machine start far apart.
+        next_upstream: AtomicU32::new(std::process::id().wrapping_mul(2_654_435_761)),
     };
     let mut tick = tokio::time::interval(TICK);
     loop {
