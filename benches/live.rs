@@ -16,21 +16,21 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use envbridge::crd::{Environment, Task, TransitionPhase, TransitionRequest};
+use envbridge::crd::{Environment, Task};
 use envbridge::state::{Event, State};
-use futures::{StreamExt, TryStreamExt};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use futures::StreamExt;
+use kube::api::DeleteParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 mod support;
 
+use support::drive::{TIMEOUT, deploy_standby, transition_succeeded};
 use support::sims::Sims;
 use support::tasks::{CLASSES, task_refs};
 use support::{Res, create_ns, delete_ns, env_num, install, peak_rss_kib};
 
-const TIMEOUT: Duration = Duration::from_secs(900);
 const DISCOVERY_PORT: u16 = 47000;
 
 fn main() -> Res {
@@ -169,29 +169,10 @@ async fn one(
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let refs = task_refs("bl", nodes, per_node);
-    let total = refs.len();
     let t0 = Instant::now();
-    envbridge::dev::fixtures::deploy(
-        admin,
-        &ns,
-        "bl",
-        &refs,
-        envbridge::plan::DEFAULT_TASK_SET_BUDGET,
-        "envbridge-bench",
-    )
-    .await?;
-    wait_env(admin, &ns, |s| {
-        s.state == Some(State::Standby) && s.ready.as_deref() == Some(&format!("{total}/{total}"))
-    })
-    .await?;
+    deploy_standby(admin, &ns, "bl", &refs).await?;
     for (id, event) in [("c", Event::Configure), ("s", Event::Start)] {
-        transition(admin, &ns, id, event).await?;
-        wait_env(admin, &ns, |s| {
-            s.transition
-                .as_ref()
-                .is_some_and(|t| t.id == id && t.phase == TransitionPhase::Succeeded)
-        })
-        .await?;
+        transition_succeeded(admin, &ns, "bl", id, event).await?;
     }
     let to_running = t0.elapsed();
     // Settle, then idle: nothing asked of the operator.
@@ -332,37 +313,6 @@ async fn inject(
         _ => None,
     };
     Ok((latencies, env_latency))
-}
-
-async fn transition(admin: &Client, ns: &str, id: &str, event: Event) -> Res {
-    let req = TransitionRequest {
-        id: id.into(),
-        event,
-        arguments: BTreeMap::new(),
-    };
-    let patch = json!({"spec": {"transition": req, "desiredState": event.target()}});
-    Api::<Environment>::namespaced(admin.clone(), ns)
-        .patch("bl", &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
-}
-
-async fn wait_env(
-    admin: &Client,
-    ns: &str,
-    cond: impl Fn(&envbridge::crd::EnvironmentStatus) -> bool,
-) -> Res {
-    let api: Api<Environment> = Api::namespaced(admin.clone(), ns);
-    let cfg = watcher::Config::default().fields("metadata.name=bl");
-    let mut w = watcher(api, cfg).applied_objects().boxed();
-    loop {
-        let env = tokio::time::timeout(TIMEOUT, w.try_next())
-            .await??
-            .ok_or("environment watch ended")?;
-        if cond(&env.status.unwrap_or_default()) {
-            return Ok(());
-        }
-    }
 }
 
 /// utime + stime of a process, in clock ticks.

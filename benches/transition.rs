@@ -31,7 +31,8 @@ use kube::{Api, Client};
 
 mod support;
 
-use support::{Res, create_ns, delete_ns, env_num, spawn_envbridge_logging, stop_child};
+use support::stack::{Extra, Stack};
+use support::{Res, create_ns, delete_ns, env_num, ms, pct, stop_child};
 
 /// The children's log filter: info, and the hops at debug.
 const LOG: &str = "info,kube=warn,tower=warn,h2=warn,hyper=warn,envbridge::hops=debug";
@@ -77,7 +78,7 @@ async fn run() -> Res {
     create_ns(&admin, &ns).await?;
     let dir = std::env::temp_dir().join(&ns);
     std::fs::create_dir_all(&dir)?;
-    let result = measure(&admin, &info.kubeconfig, &ns, &dir, &root, cycles).await;
+    let result = measure(&admin, &info.kubeconfig, &ns, &dir, cycles).await;
     delete_ns(&admin, &ns).await;
     if started {
         println!(
@@ -87,76 +88,9 @@ async fn run() -> Res {
     result
 }
 
-async fn measure(
-    admin: &Client,
-    kubeconfig: &Path,
-    ns: &str,
-    dir: &Path,
-    root: &Path,
-    cycles: usize,
-) -> Res {
-    let kc = kubeconfig.display().to_string();
-    let mut sims = spawn_envbridge_logging(
-        &[
-            "dev",
-            "sim-runner",
-            "--kubeconfig",
-            &kc,
-            "--namespace",
-            ns,
-            "--log-dir",
-            &dir.join("simulators").display().to_string(),
-        ],
-        kubeconfig,
-        &dir.join("sim-runner.log"),
-        LOG,
-    )?;
-    let operator_log = dir.join("operator.log");
-    let mut operator = spawn_envbridge_logging(
-        &[
-            "operator",
-            "--namespace",
-            ns,
-            "--no-leader-election",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--log-json",
-        ],
-        kubeconfig,
-        &operator_log,
-        LOG,
-    )?;
-    let port = free_port()?;
-    let flows = root.join("control-workflows");
-    let daemon_log = dir.join("daemon.log");
-    let listen = format!("127.0.0.1:{port}");
-    let mut daemon = spawn_envbridge_logging(
-        &[
-            "daemon",
-            "--listen",
-            &listen,
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--insecure-no-auth",
-            "--no-leader-election",
-            "--namespace",
-            ns,
-            "--watch-namespace",
-            ns,
-            "--tasks-dir",
-            &flows.join("tasks").display().to_string(),
-            "--workflows-dir",
-            &flows.join("workflows").display().to_string(),
-            "--defaults",
-            &root.join("site/local.yaml").display().to_string(),
-            "--log-format",
-            "json",
-        ],
-        kubeconfig,
-        &daemon_log,
-        LOG,
-    )?;
-    let mut api = connect(&listen).await?;
+async fn measure(admin: &Client, kubeconfig: &Path, ns: &str, dir: &Path, cycles: usize) -> Res {
+    let mut stack = Stack::start(kubeconfig, ns, dir, LOG, Extra::default())?;
+    let mut api = stack.client().await?;
     let hosts = serde_json::to_string(&HOSTS)?;
     let created = api
         .create_environment(pb::CreateEnvironmentRequest {
@@ -214,7 +148,7 @@ async fn measure(
         .list(&Default::default())
         .await?
         .items;
-    stop_child(&mut operator, Duration::from_secs(10)).await;
+    stop_child(&mut stack.operator, Duration::from_secs(10)).await;
     let floor = floor(&tasks, cycles).await?;
     let _ = api
         .destroy_environment(pb::DestroyEnvironmentRequest {
@@ -223,31 +157,10 @@ async fn measure(
             ..Default::default()
         })
         .await;
-    stop_child(&mut daemon, Duration::from_secs(10)).await;
-    stop_child(&mut sims, Duration::from_secs(10)).await;
-
-    let hops = hop_times(&[&daemon_log, &operator_log])?;
+    let hops = hop_times(&[&stack.daemon_log, &stack.operator_log])?;
+    stack.stop().await;
     report(created.tasks, cycles, &calls, &floor, &hops);
     Ok(())
-}
-
-async fn connect(
-    listen: &str,
-) -> Res<pb::env_bridge_client::EnvBridgeClient<tonic::transport::Channel>> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match pb::env_bridge_client::EnvBridgeClient::connect(format!("http://{listen}")).await {
-            Ok(c) => return Ok(c),
-            Err(e) if Instant::now() > deadline => return Err(e.into()),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
-
-fn free_port() -> Res<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// The floor's figures: per event, how long each round of 12 concurrent calls took.
@@ -339,21 +252,6 @@ fn hop_times(logs: &[&PathBuf]) -> Res<Hops> {
         }
     }
     Ok(out)
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-/// The `p`-th percentile (0..=100) of `v`, nearest rank.
-fn pct(v: &[Duration], p: f64) -> Duration {
-    let mut s = v.to_vec();
-    s.sort();
-    if s.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * s.len() as f64).ceil().max(1.0) as usize;
-    s[rank.min(s.len()) - 1]
 }
 
 fn report(

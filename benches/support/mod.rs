@@ -4,10 +4,12 @@
 
 #![allow(dead_code)] // each bench uses its own subset
 
+pub mod drive;
 pub mod nodemem;
 pub mod plane;
 pub mod pods;
 pub mod sims;
+pub mod stack;
 pub mod tasks;
 
 use std::path::Path;
@@ -197,4 +199,20 @@ pub async fn stop_child(child: &mut tokio::process::Child, grace: Duration) {
     if tokio::time::timeout(grace, child.wait()).await.is_err() {
         let _ = child.kill().await;
     }
+}
+
+/// Milliseconds, as a float.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The `p`-th percentile (0..=100) of `v`, nearest rank.
+pub fn pct(v: &[Duration], p: f64) -> Duration {
+    let mut s = v.to_vec();
+    s.sort();
+    if s.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * s.len() as f64).ceil().max(1.0) as usize;
+    s[rank.min(s.len()) - 1]
 }
