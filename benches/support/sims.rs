@@ -80,10 +80,16 @@ impl Sims {
                 };
                 let t = token.clone();
                 let sim = Simulator::new(config);
-                registry.insert(pod.name_any(), sim.clone());
+                let name = pod.name_any();
+                registry.insert(name.clone(), sim.clone());
                 tokio::spawn(async move {
-                    if let Ok(listener) = bind(addr, false).await {
-                        let _ = serve(listener, sim, async move { t.cancelled().await }).await;
+                    // Said, not swallowed: a simulator that cannot listen (at 10,000 tasks
+                    // this process's 20,000 open files) fails its task, not the operator.
+                    match bind(addr, false).await {
+                        Ok(listener) => {
+                            let _ = serve(listener, sim, async move { t.cancelled().await }).await;
+                        }
+                        Err(e) => eprintln!("bench simulator of pod {name}: {e}"),
                     }
                 });
             }
