@@ -188,7 +188,7 @@ impl Control {
         // Its own words: "deployment failed: ..." or "CONFIGURE failed: ...".
         deploy_and_configure(&self.bridge, caller, key).await?;
         let args = self
-            .start_arguments(env_id)
+            .start_arguments(env_id, std::time::SystemTime::now())
             .await
             .map_err(|s| format!("transition START_ACTIVITY failed: {}", s.message()))?;
         run(&self.bridge, caller, key, Event::Start, args)

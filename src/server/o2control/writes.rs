@@ -113,13 +113,10 @@ pub fn failed_create(id: &str, why: &str) -> Status {
     )
 }
 
-fn now_ms() -> String {
-    millis(SystemTime::now()).to_string()
-}
-
-/// STOP_ACTIVITY's arguments, as the anchor's core gives them: the run's end time.
-pub(super) fn stop_arguments() -> BTreeMap<String, String> {
-    BTreeMap::from([("run_end_time_ms".to_string(), now_ms())])
+/// STOP_ACTIVITY's arguments, as the anchor's core gives them: the run's end time, the
+/// transition's start `at`.
+pub(super) fn stop_arguments(at: SystemTime) -> BTreeMap<String, String> {
+    BTreeMap::from([("run_end_time_ms".to_string(), millis(at).to_string())])
 }
 
 /// A waited outcome in words: Ok when reached, else the daemon's message.
@@ -270,13 +267,15 @@ impl Control {
         let caller = caller::claimed(caller, r.request_user.as_ref());
         let event = event_of(r.r#type)?;
         let rec = self.bridge.resolve(&r.id).map_err(convert::status)?;
-        let arguments = match event {
-            Event::Start => self.start_arguments(&rec.id).await?,
-            Event::Stop => stop_arguments(),
-            _ => BTreeMap::new(),
-        };
+        // The transition starts before its run number is taken, and the run's start or end
+        // time is the transition's start (reported as start_of_transition): one instant.
         let sot = SystemTime::now();
         let t0 = Instant::now();
+        let arguments = match event {
+            Event::Start => self.start_arguments(&rec.id, sot).await?,
+            Event::Stop => stop_arguments(sot),
+            _ => BTreeMap::new(),
+        };
         let done = run(&self.bridge, &caller, &rec.key, event, arguments).await;
         let took = t0.elapsed();
         let eot = SystemTime::now();
@@ -300,10 +299,12 @@ impl Control {
     }
 
     /// START_ACTIVITY's arguments, as the anchor's core gives them: the next run number
-    /// (from the site's run-number source) and the run's start time.
+    /// (from the site's run-number source) and the run's start time, the transition's
+    /// start `at`.
     pub(super) async fn start_arguments(
         &self,
         env_id: &str,
+        at: SystemTime,
     ) -> Result<BTreeMap<String, String>, Status> {
         let n = self
             .bridge
@@ -312,7 +313,7 @@ impl Control {
             .map_err(convert::status)?;
         Ok(BTreeMap::from([
             ("run_number".to_string(), n.to_string()),
-            ("run_start_time_ms".to_string(), now_ms()),
+            ("run_start_time_ms".to_string(), millis(at).to_string()),
         ]))
     }
 
@@ -367,7 +368,14 @@ impl Control {
         let mut state = rec.state;
         if !r.force {
             if state == Some(State::Running) && r.allow_in_running_state {
-                let stopped = run(&self.bridge, &caller, &key, Event::Stop, stop_arguments()).await;
+                let stopped = run(
+                    &self.bridge,
+                    &caller,
+                    &key,
+                    Event::Stop,
+                    stop_arguments(SystemTime::now()),
+                )
+                .await;
                 state = stopped.is_ok().then_some(State::Configured);
             }
             if state == Some(State::Configured) {
