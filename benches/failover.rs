@@ -19,17 +19,17 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use envbridge::crd::{Environment, Task};
+use envbridge::crd::Environment;
 use envbridge::state::Event;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams};
-use kube::{Api, Client, ResourceExt};
+use kube::api::DeleteParams;
+use kube::{Api, Client};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 
 mod support;
 
+use envbridge::dev::fixtures::failover_view;
 use support::drive::{TIMEOUT, deploy_standby, transition_succeeded};
 use support::sims::Sims;
 use support::tasks::{CLASSES, task_refs};
@@ -199,7 +199,7 @@ async fn measure(
     if b.gauge("envbridge_operator_leader").await != 0 {
         return Err("the standby leads already".into());
     }
-    let before = snapshot(admin, ns).await?;
+    let before = failover_view(admin, ns).await?;
     let writes_before = writes(&b.scrape().await);
 
     a.child.start_kill()?;
@@ -220,7 +220,7 @@ async fn measure(
     );
     // Time for anything the new leader would do of its own accord.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let after = snapshot(admin, ns).await?;
+    let after = failover_view(admin, ns).await?;
     let disturbed: Vec<&String> = before
         .iter()
         .filter(|(k, v)| after.get(*k) != Some(v))
@@ -266,27 +266,4 @@ async fn measure(
         })
     );
     Ok(())
-}
-
-/// What a failover must leave as it was: each pod's uid, each Task's asked transition,
-/// state and last transition.
-async fn snapshot(admin: &Client, ns: &str) -> Res<BTreeMap<String, String>> {
-    let lp = ListParams::default();
-    let mut out = BTreeMap::new();
-    for p in Api::<Pod>::namespaced(admin.clone(), ns).list(&lp).await? {
-        out.insert(format!("pod {}", p.name_any()), p.uid().unwrap_or_default());
-    }
-    for t in Api::<Task>::namespaced(admin.clone(), ns).list(&lp).await? {
-        let st = t.status.clone().unwrap_or_default();
-        out.insert(
-            format!("task {}", t.name_any()),
-            format!(
-                "spec {:?} state {:?} transition {:?}",
-                t.spec.transition.as_ref().map(|r| &r.id),
-                st.state,
-                st.transition.as_ref().map(|x| (&x.id, x.phase)),
-            ),
-        );
-    }
-    Ok(out)
 }

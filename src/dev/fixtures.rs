@@ -2,17 +2,17 @@
 //! server-side, an Environment written as its TaskSets and then itself (packed by the one
 //! packer, so tests see the objects the daemon writes).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{DynamicObject, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Scope, pinned_kind};
 use kube::{Api, Client, ResourceExt};
 
 use super::error::{DevError, IoContext, Result};
-use crate::crd::{Environment, TaskSet};
+use crate::crd::{Environment, Task, TaskSet};
 use crate::plan::TaskRef;
 
 /// Applies every document of a YAML file (server-side apply, forced, as `manager`).
@@ -107,4 +107,30 @@ pub fn labelled_namespace(name: &str, label: &str) -> Namespace {
         },
         ..Default::default()
     }
+}
+
+/// What an operator's failover must leave as it was in namespace `ns`: each pod's uid, each
+/// Task's asked transition, state and last transition (compared before and after).
+pub async fn failover_view(client: &Client, ns: &str) -> kube::Result<BTreeMap<String, String>> {
+    let lp = ListParams::default();
+    let mut out = BTreeMap::new();
+    for p in Api::<Pod>::namespaced(client.clone(), ns).list(&lp).await? {
+        out.insert(format!("pod {}", p.name_any()), p.uid().unwrap_or_default());
+    }
+    for t in Api::<Task>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?
+    {
+        let st = t.status.clone().unwrap_or_default();
+        out.insert(
+            format!("task {}", t.name_any()),
+            format!(
+                "spec {:?} state {:?} transition {:?}",
+                t.spec.transition.as_ref().map(|r| &r.id),
+                st.state,
+                st.transition.as_ref().map(|x| (&x.id, x.phase)),
+            ),
+        );
+    }
+    Ok(out)
 }

@@ -3,21 +3,20 @@
 //! pod created or deleted, no transition sent, no Task spec written), and follows every task
 //! again. The time from the death to the standby following every task is printed.
 
-use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envbridge::crd::{Environment, Task};
+use envbridge::crd::Environment;
 use envbridge::operator::metrics::Metrics;
 use envbridge::operator::requests::RequestCount;
 use envbridge::plan::{ControlMode, TaskRef};
 use envbridge::state::{Event, State};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
-use kube::{Api, ResourceExt};
+use kube::Api;
 use tokio_util::sync::CancellationToken;
+
+use envbridge::dev::fixtures::failover_view;
 
 use super::{
     DISCOVERY_PORT, Fixture, Res, Running, Sims, WAIT, args, deploy, destroy, finish, fixture,
@@ -56,35 +55,6 @@ async fn holder(fx: &Fixture, lease: &str) -> Res<Option<String>> {
         .get_opt(lease)
         .await?
         .and_then(|l| l.spec?.holder_identity))
-}
-
-/// What a failover must leave as it was: each pod's uid, each Task's spec transition, state
-/// and last transition.
-async fn snapshot(fx: &Fixture) -> Res<BTreeMap<String, String>> {
-    let lp = ListParams::default();
-    let mut out = BTreeMap::new();
-    for p in Api::<Pod>::namespaced(fx.admin.clone(), &fx.ns)
-        .list(&lp)
-        .await?
-    {
-        out.insert(format!("pod {}", p.name_any()), p.uid().unwrap_or_default());
-    }
-    for t in Api::<Task>::namespaced(fx.admin.clone(), &fx.ns)
-        .list(&lp)
-        .await?
-    {
-        let st = t.status.clone().unwrap_or_default();
-        out.insert(
-            format!("task {}", t.name_any()),
-            format!(
-                "spec {:?} state {:?} transition {:?}",
-                t.spec.transition.as_ref().map(|r| &r.id),
-                st.state,
-                st.transition.as_ref().map(|x| (&x.id, x.phase)),
-            ),
-        );
-    }
-    Ok(out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,7 +102,7 @@ async fn a_failover_disturbs_no_task_and_the_standby_follows_every_task() -> Res
     transition_succeeds(&fx, "fo", "c1", Event::Configure).await?;
     transition_succeeds(&fx, "fo", "s1", Event::Start).await?;
     assert!(!metrics.leading(), "the standby leads already");
-    let before = snapshot(&fx).await?;
+    let before = failover_view(&fx.admin, &fx.ns).await?;
     let writes_before = count.write.load(std::sync::atomic::Ordering::Relaxed);
 
     leader.start_kill()?;
@@ -170,7 +140,11 @@ async fn a_failover_disturbs_no_task_and_the_standby_follows_every_task() -> Res
 
     // Time for anything the new leader would do of its own accord.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(snapshot(&fx).await?, before, "a task was disturbed");
+    assert_eq!(
+        failover_view(&fx.admin, &fx.ns).await?,
+        before,
+        "a task was disturbed"
+    );
     let by_kind = count.by_kind();
     for verb in ["create pods", "delete pods", "patch tasks", "delete tasks"] {
         assert_eq!(by_kind.get(verb), None, "{verb}: {by_kind:?}");
