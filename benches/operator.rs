@@ -11,6 +11,10 @@
 //! `{"bench":"operator","tasks":N,"floor_s":F,"operator_s":O,"ratio":R,"peak_rss_mib":M,
 //! "baseline_rss_mib":B,"kb_per_task":K,"requests":Q,"floor_requests":FQ}`.
 //!
+//! The operator's task processes are simulators in `envbridge dev sim-runner --in-process`
+//! child processes, one per task class (one process cannot hold 10,000 listeners and the
+//! operator's 10,000 connections to them within this container's 20,000 open files).
+//!
 //! Run: `cargo bench --bench operator` (starts or reuses the local control plane; grows it to
 //! BENCH_NODES nodes). BENCH_NODES, BENCH_TASKS_PER_NODE, BENCH_CONCURRENCY adjust it;
 //! BENCH_OPERATOR_WRAPPER runs the operator under a profiler (`heaptrack -o FILE`).
@@ -38,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 mod support;
 
-use support::sims::Sims;
+use support::sims::SimRunners;
 use support::tasks::{CLASSES, task_refs};
 use support::{Res, create_ns, delete_ns, env_num, install, peak_rss_kib, purge_namespace};
 
@@ -94,10 +98,15 @@ async fn run() -> Res {
     create_ns(&admin, &op_ns).await?;
     let marks = SharedMarks::default();
     let on_pod = marks.clone();
-    let sims = Sims::start(admin.clone(), op_ns.clone(), move |name, running| {
-        record(&on_pod, |m| m.pod(name.to_string(), running))
-    });
+    let stop_watches = CancellationToken::new();
+    watch_pods(admin.clone(), op_ns.clone(), on_pod, stop_watches.clone());
     let log = std::env::temp_dir().join(format!("envbridge-bench-operator-{suffix}.log"));
+    let sims = SimRunners::start(
+        &info.kubeconfig,
+        &op_ns,
+        &CLASSES.map(|(c, _)| c),
+        &log.with_extension("sims"),
+    )?;
     let log_file = std::fs::File::create(&log)?;
     // BENCH_OPERATOR_WRAPPER (a profiler's command line, e.g. `heaptrack -o /tmp/op`) runs
     // the operator under it; its RSS figures are then the wrapper's.
@@ -148,7 +157,7 @@ async fn run() -> Res {
         admin.clone(),
         op_ns.clone(),
         marks.clone(),
-        sims.stop.clone(),
+        stop_watches.clone(),
     );
     // 10 TaskSets of 200 tasks (25 nodes each), then the Environment.
     envbridge::dev::fixtures::deploy(
@@ -190,6 +199,7 @@ async fn run() -> Res {
         .args(["-TERM", &pid.to_string()])
         .status();
     let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    stop_watches.cancel();
     sims.stop().await;
     delete_ns(&admin, &op_ns).await;
     let text = strip_ansi(&std::fs::read_to_string(&log)?);
@@ -337,6 +347,28 @@ fn watch_tasks(client: Client, ns: String, marks: SharedMarks, stop: Cancellatio
             };
             if let Some(Ok(t)) = next {
                 record(&marks, |m| m.task(t.metadata.name.unwrap_or_default()));
+            }
+        }
+    });
+}
+
+/// Feeds `marks` with the Pods of `ns` (created, Running) as they change, until cancelled.
+fn watch_pods(client: Client, ns: String, marks: SharedMarks, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let api = Api::<Pod>::namespaced(client, &ns);
+        let mut w = watcher(api, Default::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        loop {
+            let next = tokio::select! {
+                _ = stop.cancelled() => return,
+                n = w.next() => n,
+            };
+            if let Some(Ok(pod)) = next {
+                let running =
+                    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                record(&marks, |m| m.pod(pod.name_any(), running));
             }
         }
     });

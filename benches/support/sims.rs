@@ -106,3 +106,61 @@ impl Sims {
         let _ = self.handle.await;
     }
 }
+
+/// `envbridge dev sim-runner --in-process` child processes serving the pods of `ns`, one per
+/// task class: at 10,000 tasks one process cannot hold every simulator's listener and the
+/// operator's connection to it (20,000 open files, this container's hard limit).
+pub struct SimRunners {
+    children: Vec<tokio::process::Child>,
+}
+
+impl SimRunners {
+    /// Each runner logs (warnings and errors) to `<log_stem>-<class>.log`.
+    pub fn start(
+        kubeconfig: &std::path::Path,
+        ns: &str,
+        classes: &[&str],
+        log_stem: &std::path::Path,
+    ) -> std::io::Result<SimRunners> {
+        let mut children = Vec::with_capacity(classes.len());
+        for class in classes {
+            let log = std::fs::File::create(format!("{}-{class}.log", log_stem.display()))?;
+            let selector = format!(
+                "{},{}={class}",
+                envbridge::dev::sim_runner::DEFAULT_SELECTOR,
+                envbridge::crd::labels::CLASS
+            );
+            let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+                .args(["dev", "sim-runner", "--in-process", "--namespace", ns])
+                .args(["--selector", &selector])
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .env("RUST_LOG", "warn")
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .kill_on_drop(true)
+                .spawn()?;
+            children.push(child);
+        }
+        Ok(SimRunners { children })
+    }
+
+    /// SIGTERM, then each runner's exit (killed after 30 s).
+    pub async fn stop(mut self) {
+        for c in &self.children {
+            if let Some(pid) = c.id() {
+                let _ = std::process::Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status();
+            }
+        }
+        for c in &mut self.children {
+            if tokio::time::timeout(std::time::Duration::from_secs(30), c.wait())
+                .await
+                .is_err()
+            {
+                let _ = c.kill().await;
+            }
+        }
+    }
+}
