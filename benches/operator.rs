@@ -135,6 +135,9 @@ async fn run() -> Res {
         // kwok marks 10,000 pods Running in about 190 s on this machine (the floor's
         // figure): more than the 120 s a site's kubelets get by default.
         .args(["--startup-timeout-seconds", "600"])
+        // And deletes them as slowly at that size: the default 60 s (after which a pod whose
+        // node does not confirm is removed by force, meant for dead nodes) forced every one.
+        .args(["--pod-deletion-timeout-seconds", "600"])
         .env("KUBECONFIG", &info.kubeconfig)
         .env("RUST_LOG", "info")
         .stderr(log_file.try_clone()?)
