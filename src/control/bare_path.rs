@@ -19,19 +19,12 @@
 
 use loona_hpack::Decoder;
 
-/// The client connection preface (RFC 9113, 3.4).
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const FRAME_HEADER_LEN: usize = 9;
-const HEADERS: u8 = 0x1;
-const CONTINUATION: u8 = 0x9;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
-/// Every peer accepts frames of this size (SETTINGS_MAX_FRAME_SIZE cannot be lower).
-const OUT_FRAME_MAX: usize = 16_384;
-/// A header block larger than this is refused rather than buffered without bound.
-const BLOCK_MAX: usize = 1 << 20;
+use super::h2frame::{
+    BLOCK_MAX, CONTINUATION, END_HEADERS, END_STREAM, FRAME_HEADER_LEN, HEADERS, PREFACE,
+    encode_literal, frame_header, unpadded, write_header_block,
+};
+#[cfg(test)]
+use super::h2frame::{OUT_FRAME_MAX, PADDED, PRIORITY, write_frame_header};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rewrite {
@@ -122,7 +115,8 @@ impl PathRewriter {
             let payload = &self.input[at + FRAME_HEADER_LEN..end];
             match kind {
                 HEADERS => {
-                    let fragment = headers_fragment(flags, stream, payload)?;
+                    let fragment = unpadded(HEADERS, flags, payload)
+                        .map_err(|reason| frame_error(HEADERS, stream, reason))?;
                     self.block = Some(Block {
                         stream,
                         end_stream: flags & END_STREAM != 0,
@@ -168,23 +162,7 @@ impl PathRewriter {
             };
             encode_literal(name, &value, &mut encoded);
         }
-        let mut chunks: Vec<&[u8]> = encoded.chunks(OUT_FRAME_MAX).collect();
-        if chunks.is_empty() {
-            chunks.push(&[]); // an empty block still needs its HEADERS frame
-        }
-        let last = chunks.len() - 1;
-        for (i, chunk) in chunks.into_iter().enumerate() {
-            let mut flags = 0;
-            if i == 0 && block.end_stream {
-                flags |= END_STREAM;
-            }
-            if i == last {
-                flags |= END_HEADERS;
-            }
-            let kind = if i == 0 { HEADERS } else { CONTINUATION };
-            write_frame_header(out, chunk.len(), kind, flags, block.stream);
-            out.extend_from_slice(chunk);
-        }
+        write_header_block(out, block.stream, &encoded, block.end_stream);
         Ok(())
     }
 }
@@ -195,73 +173,6 @@ fn frame_error(kind: u8, stream: u32, reason: &'static str) -> RewriteError {
         stream,
         reason,
     }
-}
-
-/// (payload length, type, flags, stream id) of the frame starting `buf`, once its header is in.
-fn frame_header(buf: &[u8]) -> Option<(usize, u8, u8, u32)> {
-    let h = buf.get(..FRAME_HEADER_LEN)?;
-    let len = (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
-    let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
-    Some((len, h[3], h[4], stream))
-}
-
-fn write_frame_header(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, stream: u32) {
-    let len = len as u32;
-    out.extend_from_slice(&len.to_be_bytes()[1..]);
-    out.push(kind);
-    out.push(flags);
-    out.extend_from_slice(&stream.to_be_bytes());
-}
-
-/// The header block fragment of a HEADERS payload (padding and priority removed).
-fn headers_fragment(flags: u8, stream: u32, payload: &[u8]) -> Result<&[u8], RewriteError> {
-    let mut p = payload;
-    let mut pad = 0;
-    if flags & PADDED != 0 {
-        let (&n, rest) = p
-            .split_first()
-            .ok_or_else(|| frame_error(HEADERS, stream, "missing pad length"))?;
-        pad = usize::from(n);
-        p = rest;
-    }
-    if flags & PRIORITY != 0 {
-        p = p
-            .get(5..)
-            .ok_or_else(|| frame_error(HEADERS, stream, "short priority fields"))?;
-    }
-    let keep = p
-        .len()
-        .checked_sub(pad)
-        .ok_or_else(|| frame_error(HEADERS, stream, "padding longer than payload"))?;
-    Ok(&p[..keep])
-}
-
-/// HPACK literal header field without indexing, new name, no Huffman (RFC 7541, 6.2.2).
-fn encode_literal(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
-    out.push(0x00);
-    encode_string(name, out);
-    encode_string(value, out);
-}
-
-fn encode_string(s: &[u8], out: &mut Vec<u8>) {
-    encode_integer(s.len(), 7, 0x00, out);
-    out.extend_from_slice(s);
-}
-
-/// HPACK integer with an `prefix`-bit prefix (RFC 7541, 5.1).
-fn encode_integer(mut value: usize, prefix: u8, first_byte_flags: u8, out: &mut Vec<u8>) {
-    let max = (1usize << prefix) - 1;
-    if value < max {
-        out.push(first_byte_flags | value as u8);
-        return;
-    }
-    out.push(first_byte_flags | max as u8);
-    value -= max;
-    while value >= 128 {
-        out.push((value % 128) as u8 | 0x80);
-        value /= 128;
-    }
-    out.push(value as u8);
 }
 
 #[cfg(test)]

@@ -15,14 +15,14 @@ use futures::{Stream, StreamExt, stream};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
-use tonic::client::Grpc;
 use tonic::codegen::{Context, Poll, Service};
 use tonic::transport::Channel;
 use tracing::{debug, warn};
 
+use super::conn::{Failure, Reply};
 use super::error::ControlError;
 use super::fairmq::{self, FmqState, Step, Verdict};
-use super::json::JsonCodec;
+use super::json::{from_json, to_json};
 use super::pb;
 use super::policy::ControlClient;
 use super::wire::{Method, Variant};
@@ -333,32 +333,15 @@ impl ControlClient {
         ep: TaskEndpoint,
     ) -> impl Stream<Item = Result<State, ControlError>> + Send + use<> {
         let addr = ep.addr;
-        let client = self.clone();
-        let open = async move {
-            let channel = client.channel(addr)?;
-            let mut grpc = Grpc::new(channel);
-            grpc.ready()
-                .await
-                .map_err(|e| rpc_error(addr, "StateStream", e))?;
-            let codec =
-                tonic_prost::ProstCodec::<pb::StateStreamRequest, pb::StateStreamReply>::default();
-            grpc.server_streaming(
-                tonic::Request::new(pb::StateStreamRequest {}),
-                Method::StateStream.path(Variant::Protobuf),
-                codec,
-            )
-            .await
-            .map(|r| r.into_inner())
-            .map_err(|s| status_error(addr, "StateStream", s, None))
-        };
-        stream::once(open).flat_map(move |opened| match opened {
-            Ok(replies) => replies
-                .map(move |r| match r {
-                    Ok(reply) => parse_state(addr, "StateStream", &reply.state),
-                    Err(s) => Err(status_error(addr, "StateStream", s, None)),
-                })
-                .boxed(),
-            Err(e) => stream::iter([Err(e)]).boxed(),
+        self.server_streaming::<pb::StateStreamRequest, pb::StateStreamReply>(
+            addr,
+            Variant::Protobuf,
+            Method::StateStream,
+            "StateStream",
+        )
+        .map(move |r| {
+            let reply = r?;
+            parse_state(addr, "StateStream", &reply.state)
         })
     }
 
@@ -400,54 +383,56 @@ impl ControlClient {
         ep: &TaskEndpoint,
     ) -> futures::stream::BoxStream<'static, Result<String, ControlError>> {
         let ep = *ep;
-        let addr = ep.addr;
+        match ep.variant() {
+            Ok(variant) => self
+                .server_streaming::<pb::EventStreamRequest, pb::EventStreamReply>(
+                    ep.addr,
+                    variant,
+                    Method::EventStream,
+                    "EventStream",
+                )
+                .map(|r| r.map(|reply| event_name(&reply)))
+                .boxed(),
+            Err(e) => stream::iter([Err(e)]).boxed(),
+        }
+    }
+
+    /// A server-streaming call with an empty request: its replies, then one error if it
+    /// failed (a stream that ends OK just ends).
+    fn server_streaming<Req, Resp>(
+        &self,
+        addr: SocketAddr,
+        variant: Variant,
+        method: Method,
+        call: &'static str,
+    ) -> impl Stream<Item = Result<Resp, ControlError>> + Send + use<Req, Resp>
+    where
+        Req: prost::Message + Serialize + Default + Send + 'static,
+        Resp: prost::Message + DeserializeOwned + Default + Send + 'static,
+    {
         let client = self.clone();
         let open = async move {
-            let variant = ep.variant()?;
-            let channel = VariantChannel::new(client.channel(addr)?, variant);
-            let mut grpc = Grpc::new(channel);
-            grpc.ready()
-                .await
-                .map_err(|e| rpc_error(addr, "EventStream", e))?;
-            let req = tonic::Request::new(pb::EventStreamRequest {});
-            let path = Method::EventStream.path(variant);
-            let replies =
-                match variant {
-                    Variant::Protobuf => {
-                        grpc
-                            .server_streaming(
-                                req,
-                                path,
-                                tonic_prost::ProstCodec::<
-                                    pb::EventStreamRequest,
-                                    pb::EventStreamReply,
-                                >::default(),
-                            )
-                            .await
-                            .map(|r| r.into_inner().boxed())
-                    }
-                    Variant::Json => grpc
-                        .server_streaming(
-                            req,
-                            path,
-                            JsonCodec::<pb::EventStreamRequest, pb::EventStreamReply>::default(),
-                        )
-                        .await
-                        .map(|r| r.into_inner().boxed()),
-                };
-            replies.map_err(|s| status_error(addr, "EventStream", s, None))
+            let conn = client.conn(addr, call).await?;
+            let message = encode(addr, call, variant, &Req::default())?;
+            Ok::<_, ControlError>(conn.call(
+                method.wire_path(variant),
+                variant.content_type(),
+                None,
+                &message,
+            ))
         };
-        stream::once(open)
-            .flat_map(move |opened| match opened {
-                Ok(replies) => replies
-                    .map(move |r| match r {
-                        Ok(reply) => Ok(event_name(&reply)),
-                        Err(s) => Err(status_error(addr, "EventStream", s, None)),
+        stream::once(open).flat_map(move |opened| match opened {
+            Ok(replies) => replies
+                .filter_map(move |r| {
+                    std::future::ready(match r {
+                        Reply::Message(m) => Some(decode(addr, call, variant, &m)),
+                        Reply::End(Ok(())) => None,
+                        Reply::End(Err(f)) => Some(Err(failure_error(addr, call, f, None))),
                     })
-                    .boxed(),
-                Err(e) => stream::iter([Err(e)]).boxed(),
-            })
-            .boxed()
+                })
+                .boxed(),
+            Err(e) => stream::iter([Err(e)]).boxed(),
+        })
     }
 
     async fn unary<Req, Resp>(
@@ -471,36 +456,63 @@ impl ControlClient {
         if deadline.is_zero() {
             return Err(deadline_error());
         }
-        let channel = self.channel(addr)?;
-        let svc = VariantChannel::new(channel, variant);
-        let fut = async move {
-            let mut grpc = Grpc::new(svc);
-            grpc.ready().await.map_err(|e| rpc_error(addr, call, e))?;
-            let mut request = tonic::Request::new(req);
-            request.set_timeout(deadline);
-            let path = method.path(variant);
-            let resp = match variant {
-                Variant::Protobuf => {
-                    grpc.unary(
-                        request,
-                        path,
-                        tonic_prost::ProstCodec::<Req, Resp>::default(),
-                    )
-                    .await
-                }
-                Variant::Json => {
-                    grpc.unary(request, path, JsonCodec::<Req, Resp>::default())
-                        .await
-                }
-            };
-            resp.map(|r| r.into_inner())
-                .map_err(|s| status_error(addr, call, s, Some(deadline)))
+        let fut = async {
+            let conn = self.conn(addr, call).await?;
+            let message = encode(addr, call, variant, &req)?;
+            let reply = conn
+                .call(
+                    method.wire_path(variant),
+                    variant.content_type(),
+                    Some(deadline),
+                    &message,
+                )
+                .single()
+                .await
+                .map_err(|f| failure_error(addr, call, f, Some(deadline)))?;
+            decode(addr, call, variant, &reply)
         };
         match tokio::time::timeout(deadline, fut).await {
             Ok(r) => r,
             Err(_) => Err(deadline_error()),
         }
     }
+}
+
+/// A request message in `variant`'s encoding.
+fn encode<M: prost::Message + Serialize>(
+    addr: SocketAddr,
+    call: &str,
+    variant: Variant,
+    m: &M,
+) -> Result<Vec<u8>, ControlError> {
+    match variant {
+        Variant::Protobuf => Ok(m.encode_to_vec()),
+        Variant::Json => to_json(m).map_err(|message| ControlError::Rpc {
+            addr,
+            call: call.to_string(),
+            code: tonic::Code::Internal,
+            message,
+        }),
+    }
+}
+
+/// A reply message in `variant`'s encoding.
+fn decode<M: prost::Message + DeserializeOwned + Default>(
+    addr: SocketAddr,
+    call: &str,
+    variant: Variant,
+    bytes: &[u8],
+) -> Result<M, ControlError> {
+    let decoded = match variant {
+        Variant::Protobuf => M::decode(bytes).map_err(|e| format!("decoding message: {e}")),
+        Variant::Json => from_json(bytes),
+    };
+    decoded.map_err(|message| ControlError::Rpc {
+        addr,
+        call: call.to_string(),
+        code: tonic::Code::Internal,
+        message,
+    })
 }
 
 fn event_name(reply: &pb::EventStreamReply) -> String {
@@ -543,59 +555,25 @@ impl Service<http::Request<tonic::body::Body>> for VariantChannel {
     }
 }
 
-fn status_error(
+fn failure_error(
     addr: SocketAddr,
     call: &str,
-    s: tonic::Status,
+    f: Failure,
     deadline: Option<Duration>,
 ) -> ControlError {
-    if let Some(deadline) = deadline
-        && (s.code() == tonic::Code::DeadlineExceeded || timed_out(&s))
-    {
-        // The peer honoured our grpc-timeout, or tonic's own timeout fired at the deadline.
-        return ControlError::Deadline {
+    match deadline {
+        // The peer honoured the call's grpc-timeout.
+        Some(deadline) if f.code == tonic::Code::DeadlineExceeded => ControlError::Deadline {
             addr,
             call: call.to_string(),
             deadline,
-        };
-    }
-    let mut message = s.message().to_string();
-    let mut src = std::error::Error::source(&s);
-    while let Some(e) = src {
-        // Transport errors repeat their cause at every level: each text once.
-        let text = e.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        src = e.source();
-    }
-    ControlError::Rpc {
-        addr,
-        call: call.to_string(),
-        code: s.code(),
-        message,
-    }
-}
-
-/// Whether tonic gave up on its own timeout (`Cancelled` caused by `TimeoutExpired`).
-fn timed_out(s: &tonic::Status) -> bool {
-    let mut src = std::error::Error::source(s);
-    while let Some(e) = src {
-        if e.is::<tonic::TimeoutExpired>() {
-            return true;
-        }
-        src = e.source();
-    }
-    false
-}
-
-fn rpc_error(addr: SocketAddr, call: &str, e: impl std::fmt::Display) -> ControlError {
-    ControlError::Rpc {
-        addr,
-        call: call.to_string(),
-        code: tonic::Code::Unavailable,
-        message: e.to_string(),
+        },
+        _ => ControlError::Rpc {
+            addr,
+            call: call.to_string(),
+            code: f.code,
+            message: f.message,
+        },
     }
 }
 

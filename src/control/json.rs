@@ -53,8 +53,7 @@ impl<T: Serialize> Encoder for JsonEncoder<T> {
     type Error = Status;
 
     fn encode(&mut self, item: T, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        let bytes = serde_json::to_vec(&item)
-            .map_err(|e| Status::internal(format!("encoding JSON message: {e}")))?;
+        let bytes = to_json(&item).map_err(Status::internal)?;
         dst.put_slice(&bytes);
         Ok(())
     }
@@ -69,14 +68,22 @@ impl<U: DeserializeOwned + Default> Decoder for JsonDecoder<U> {
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         let bytes = src.copy_to_bytes(src.remaining());
-        // An empty frame is an empty message (a peer may send zero bytes for `{}`).
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(Some(U::default()));
-        }
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| Status::internal(format!("decoding JSON message: {e}")))
+        from_json(&bytes).map(Some).map_err(Status::internal)
     }
+}
+
+/// One message of the JSON variant.
+pub fn to_json<T: Serialize>(item: &T) -> Result<Vec<u8>, String> {
+    serde_json::to_vec(item).map_err(|e| format!("encoding JSON message: {e}"))
+}
+
+/// One message of the JSON variant; an empty one is the default message (a peer may send
+/// zero bytes for `{}`).
+pub fn from_json<U: DeserializeOwned + Default>(bytes: &[u8]) -> Result<U, String> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(U::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| format!("decoding JSON message: {e}"))
 }
 
 /// An enum value on the JSON wire: its number, or its proto name.

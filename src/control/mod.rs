@@ -11,8 +11,10 @@
 pub mod bare_path;
 pub mod bare_path_io;
 pub mod client;
+pub mod conn;
 pub mod error;
 pub mod fairmq;
+pub mod h2frame;
 pub mod json;
 pub mod log_resume;
 pub mod log_stream;

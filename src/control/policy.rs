@@ -1,21 +1,19 @@
 //! The control client as an explicit value: its policy (may it dial non-loopback addresses?)
-//! and its channel cache. The operator builds one at start-up and hands it to every caller;
+//! and its connection cache. The operator builds one at start-up and hands it to every caller;
 //! `envbridge task` builds its own. Nothing is process-global, so two values (two operators
-//! in one test process, say) never share a channel nor a policy.
+//! in one test process, say) never share a connection nor a policy.
 //!
-//! Channels are cached per address (HTTP/2 multiplexes every call to one task over one
-//! connection, and reconnects on its own), so driving thousands of tasks costs one handshake
-//! per task, not one per call.
+//! Connections are cached per address (HTTP/2 multiplexes every call to one task over one
+//! connection; a closed one is replaced at the next call), so driving thousands of tasks
+//! costs one handshake per task, not one per call.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use hyper_util::rt::TokioIo;
-use tonic::transport::{Channel, Endpoint};
 
-use super::bare_path_io::BarePathIo;
+use super::conn::Conn;
 use super::error::ControlError;
 
 /// Set to `1` or `true` to let the client dial non-loopback addresses (a real deployment
@@ -35,14 +33,14 @@ pub struct ControlClient {
 #[derive(Default)]
 struct Shared {
     allow_remote: bool,
-    channels: DashMap<SocketAddr, Cached>,
+    conns: DashMap<SocketAddr, Cached>,
 }
 
-/// A cached channel, valid while the runtime that created it lives.
+/// A cached connection, valid while the runtime that created it lives and the peer keeps it.
 struct Cached {
-    channel: Channel,
+    conn: Conn,
     /// A task parked in the creating runtime: finished once that runtime is gone, which
-    /// makes the channel's background worker gone too.
+    /// makes the connection's driver gone too.
     runtime_alive: tokio::task::AbortHandle,
 }
 
@@ -50,7 +48,7 @@ impl std::fmt::Debug for ControlClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ControlClient")
             .field("allow_remote", &self.shared.allow_remote)
-            .field("cached_channels", &self.shared.channels.len())
+            .field("cached_connections", &self.shared.conns.len())
             .finish()
     }
 }
@@ -66,7 +64,7 @@ impl ControlClient {
         ControlClient {
             shared: Arc::new(Shared {
                 allow_remote,
-                channels: DashMap::new(),
+                conns: DashMap::new(),
             }),
         }
     }
@@ -82,9 +80,9 @@ impl ControlClient {
         self.shared.allow_remote
     }
 
-    /// Drops the cached channel to `addr` (e.g. when its pod is gone).
+    /// Drops the cached connection to `addr` (e.g. when its pod is gone).
     pub fn forget(&self, addr: &SocketAddr) {
-        self.shared.channels.remove(addr);
+        self.shared.conns.remove(addr);
     }
 
     /// The policy alone: may this client dial `addr`?
@@ -96,49 +94,42 @@ impl ControlClient {
         }
     }
 
-    /// The cached channel to `addr`, or a new lazy one (nothing is dialled until a call).
-    pub(super) fn channel(&self, addr: SocketAddr) -> Result<Channel, ControlError> {
+    /// The cached connection to `addr`, or a new one; a failure to connect names `call`.
+    pub(super) async fn conn(&self, addr: SocketAddr, call: &str) -> Result<Conn, ControlError> {
         self.check(addr)?;
-        let channels = &self.shared.channels;
-        if let Some(c) = channels.get(&addr)
+        let conns = &self.shared.conns;
+        if let Some(c) = conns.get(&addr)
             && !c.runtime_alive.is_finished()
+            && !c.conn.is_closed()
         {
-            return Ok(c.channel.clone());
+            return Ok(c.conn.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        let conn = Conn::connect(addr, CONNECT_TIMEOUT)
+            .await
             .map_err(|e| ControlError::Rpc {
                 addr,
-                call: "connect".into(),
-                code: tonic::Code::InvalidArgument,
-                message: e.to_string(),
-            })?
-            .connect_timeout(CONNECT_TIMEOUT);
-        // Every connection strips the slash of bare method names (`/GetState` -> `GetState`), as a
-        // FairMQ device expects; paths with a service part are left alone (see `bare_path`).
-        let connector = tower::service_fn(move |_uri: http::Uri| async move {
-            let stream = tokio::net::TcpStream::connect(addr).await?;
-            stream.set_nodelay(true)?;
-            Ok::<_, std::io::Error>(TokioIo::new(BarePathIo::client(stream)))
-        });
-        let channel = endpoint.connect_with_connector_lazy(connector);
+                call: call.into(),
+                code: tonic::Code::Unavailable,
+                message: format!("cannot connect: {e}"),
+            })?;
         let runtime_alive = tokio::spawn(std::future::pending::<()>()).abort_handle();
-        // Two first calls racing both create a channel; the last one stays cached, the other
-        // serves its call and is dropped.
-        if let Some(old) = channels.insert(
+        // Two first calls racing both connect; the last one stays cached, the other serves
+        // its call and closes.
+        if let Some(old) = conns.insert(
             addr,
             Cached {
-                channel: channel.clone(),
+                conn: conn.clone(),
                 runtime_alive,
             },
         ) {
             old.runtime_alive.abort();
         }
-        Ok(channel)
+        Ok(conn)
     }
 
     #[cfg(test)]
     fn cached(&self) -> usize {
-        self.shared.channels.len()
+        self.shared.conns.len()
     }
 }
 
@@ -146,9 +137,9 @@ impl ControlClient {
 mod tests {
     use super::*;
 
-    // Documentation range (RFC 5737): never dialled here, channels are lazy.
+    // Documentation range (RFC 5737): never dialled here (refused or only checked).
     const REMOTE: &str = "192.0.2.7:47100";
-    const LOCAL: &str = "127.0.0.1:47100";
+    const LOCAL: &str = "127.0.0.1:0";
 
     fn addr(s: &str) -> SocketAddr {
         s.parse().unwrap()
@@ -158,7 +149,7 @@ mod tests {
     async fn the_default_refuses_a_non_loopback_address() {
         let client = ControlClient::default();
         assert!(!client.allow_remote());
-        let e = client.channel(addr(REMOTE)).unwrap_err();
+        let e = client.conn(addr(REMOTE), "test").await.unwrap_err();
         assert!(matches!(e, ControlError::NotLoopback { .. }), "{e:?}");
         assert_eq!(
             e.to_string(),
@@ -167,34 +158,62 @@ mod tests {
         );
         assert_eq!(client.cached(), 0);
         // IPv6 loopback is loopback.
-        client.channel(addr("[::1]:47100")).unwrap();
-        assert_eq!(client.cached(), 1);
+        assert!(client.check(addr("[::1]:47100")).is_ok());
     }
 
     #[tokio::test]
     async fn allow_remote_lets_a_non_loopback_address_through() {
+        // Checked, not dialled: tests never connect outside loopback.
         let client = ControlClient::new(true);
         assert!(client.allow_remote());
-        client.channel(addr(REMOTE)).unwrap();
-        assert_eq!(client.cached(), 1);
+        assert!(client.check(addr(REMOTE)).is_ok());
     }
 
     #[tokio::test]
     async fn two_values_do_not_share_a_cache_but_clones_do() {
+        let listener = tokio::net::TcpListener::bind(LOCAL).await.unwrap();
+        let local = listener.local_addr().unwrap();
         let a = ControlClient::default();
         let b = ControlClient::default();
         let a2 = a.clone();
-        a.channel(addr(LOCAL)).unwrap();
+        a.conn(local, "test").await.unwrap();
         assert_eq!(a.cached(), 1);
         assert_eq!(a2.cached(), 1);
         assert_eq!(b.cached(), 0);
-        // A second call reuses the cached channel.
-        a2.channel(addr(LOCAL)).unwrap();
+        // A second call reuses the cached connection: one accept only.
+        a2.conn(local, "test").await.unwrap();
+        let (_first, _) = listener.accept().await.unwrap();
+        let second = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+        assert!(second.is_err(), "a second connection was made");
         assert_eq!(a.cached(), 1);
-        b.forget(&addr(LOCAL));
+        b.forget(&local);
         assert_eq!(a.cached(), 1);
-        a2.forget(&addr(LOCAL));
+        a2.forget(&local);
         assert_eq!(a.cached(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_peer_closed_is_replaced() {
+        let listener = tokio::net::TcpListener::bind(LOCAL).await.unwrap();
+        let local = listener.local_addr().unwrap();
+        let client = ControlClient::default();
+        let first = client.conn(local, "test").await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        drop(server);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !first.is_closed() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never saw the close"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let second = client.conn(local, "test").await.unwrap();
+        assert!(!second.is_closed());
+        tokio::time::timeout(Duration::from_secs(5), listener.accept())
+            .await
+            .expect("a new connection")
+            .unwrap();
     }
 
     #[test]

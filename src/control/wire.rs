@@ -56,7 +56,20 @@ impl Method {
 
     /// The `:path` a client sends for this method in `variant`.
     pub fn path(self, variant: Variant) -> PathAndQuery {
-        let s: &'static str = match (variant, self) {
+        PathAndQuery::from_static(self.path_str(variant))
+    }
+
+    /// The `:path` on the wire: the JSON variant's is the bare method name (what [`Self::path`]
+    /// becomes below the socket, see [`super::bare_path`]).
+    pub fn wire_path(self, variant: Variant) -> &'static str {
+        match variant {
+            Variant::Protobuf => self.path_str(variant),
+            Variant::Json => self.name(),
+        }
+    }
+
+    fn path_str(self, variant: Variant) -> &'static str {
+        match (variant, self) {
             (Variant::Protobuf, Method::GetState) => "/occ_pb.Occ/GetState",
             (Variant::Protobuf, Method::Transition) => "/occ_pb.Occ/Transition",
             (Variant::Protobuf, Method::StateStream) => "/occ_pb.Occ/StateStream",
@@ -65,8 +78,7 @@ impl Method {
             (Variant::Json, Method::Transition) => "/Transition",
             (Variant::Json, Method::StateStream) => "/StateStream",
             (Variant::Json, Method::EventStream) => "/EventStream",
-        };
-        PathAndQuery::from_static(s)
+        }
     }
 
     /// The method a server-side `:path` names, in any accepted spelling.
