@@ -380,6 +380,13 @@ pub async fn ensure(
         });
         out.sort_by_key(|n| n.index);
         record(&out)?;
+        // The kubelets of one machine share /var/lib/kubelet/device-plugins/kubelet.sock (a
+        // path the kubelet does not let us move): each removes and binds it as it starts, so
+        // two starting at once can fail EADDRINUSE (seen in CI). The next one starts once
+        // this one is Ready, which it is only after binding it.
+        if let Some(n) = out.iter().find(|n| n.index == r) {
+            wait_ready(client, std::slice::from_ref(n)).await?;
+        }
     }
     wait_ready(client, &out).await?;
     Ok(out)
