@@ -337,28 +337,26 @@ fn record(marks: &SharedMarks, f: impl FnOnce(&mut Marks)) {
 
 /// Feeds `marks` with the Tasks of `ns` as they appear, until cancelled.
 fn watch_tasks(client: Client, ns: String, marks: SharedMarks, stop: CancellationToken) {
-    tokio::spawn(async move {
-        let api = Api::<kube::core::PartialObjectMeta<Task>>::namespaced(client, &ns);
-        let mut w = watcher(api, Default::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        loop {
-            let next = tokio::select! {
-                _ = stop.cancelled() => return,
-                n = w.next() => n,
-            };
-            if let Some(Ok(t)) = next {
-                record(&marks, |m| m.task(t.metadata.name.unwrap_or_default()));
-            }
-        }
+    let api = Api::<kube::core::PartialObjectMeta<Task>>::namespaced(client, &ns);
+    watch_until(api, stop, move |t| {
+        record(&marks, |m| m.task(t.metadata.name.unwrap_or_default()))
     });
 }
 
 /// Feeds `marks` with the Pods of `ns` (created, Running) as they change, until cancelled.
 fn watch_pods(client: Client, ns: String, marks: SharedMarks, stop: CancellationToken) {
+    watch_until(Api::<Pod>::namespaced(client, &ns), stop, move |pod| {
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        record(&marks, |m| m.pod(pod.name_any(), running))
+    });
+}
+
+/// Calls `on` with every object `api` reports applied, until `stop` is cancelled.
+fn watch_until<K>(api: Api<K>, stop: CancellationToken, on: impl Fn(K) + Send + 'static)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
     tokio::spawn(async move {
-        let api = Api::<Pod>::namespaced(client, &ns);
         let mut w = watcher(api, Default::default())
             .default_backoff()
             .applied_objects()
@@ -368,10 +366,8 @@ fn watch_pods(client: Client, ns: String, marks: SharedMarks, stop: Cancellation
                 _ = stop.cancelled() => return,
                 n = w.next() => n,
             };
-            if let Some(Ok(pod)) = next {
-                let running =
-                    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-                record(&marks, |m| m.pod(pod.name_any(), running));
+            if let Some(Ok(obj)) = next {
+                on(obj);
             }
         }
     });
