@@ -72,8 +72,9 @@ pub struct OperatorArgs {
     #[arg(long, env = "ENVBRIDGE_KEEP_PODS")]
     pub keep_pods: bool,
     /// While an Environment's tasks are still answering, its status (counts, ready) is
-    /// written at most once per this many milliseconds; an outcome (a new state, a
-    /// transition's end) is written at once.
+    /// written at most once per this many milliseconds (or a quarter of a millisecond per
+    /// task, when that is more); an outcome (a new state, a transition's end) is written at
+    /// once.
     #[arg(long, env = "ENVBRIDGE_STATUS_DEBOUNCE_MS", default_value_t = 250)]
     pub status_debounce_ms: u64,
     /// Where `/metrics`, `/healthz` and `/readyz` listen (loopback by default; in a cluster

@@ -184,7 +184,10 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
 
     summarize(ctx, &env, &refs, &own(), has_hooks, &mut status);
     let since_last = ctx.status_written.get(&env_uid).map(|t| t.elapsed());
-    let window = Duration::from_millis(ctx.args.status_debounce_ms);
+    let window = status_pace::window(
+        Duration::from_millis(ctx.args.status_debounce_ms),
+        refs.len(),
+    );
     if let Some(wait) = status_pace::hold(&old, &status, since_last, window) {
         return Ok(Action::requeue(wait));
     }

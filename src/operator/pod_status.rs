@@ -23,6 +23,9 @@ pub struct PodView {
     pub failure: Option<String>,
     /// The process ended with exit code 0.
     pub succeeded: bool,
+    /// Why a pod that is not running yet is held, when the pod says so (not scheduled, a
+    /// container waiting for a reason other than being created): worth a shifter's look.
+    pub held: Option<String>,
 }
 
 pub fn observe(pod: &Pod) -> PodView {
@@ -41,11 +44,51 @@ pub fn observe(pod: &Pod) -> PodView {
         .find_map(container_failure)
         .or_else(|| (phase == "Failed").then(|| phase_failure(pod)));
     let succeeded = phase == "Succeeded" && failure.is_none();
+    let held = (phase == "Pending" && failure.is_none())
+        .then(|| unscheduled(pod).or_else(|| containers.iter().find_map(container_held)))
+        .flatten();
     PodView {
         phase,
         ip,
         failure,
         succeeded,
+        held,
+    }
+}
+
+/// The pod's `PodScheduled=False` condition, said as "Reason: message".
+fn unscheduled(pod: &Pod) -> Option<String> {
+    let c = pod
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+    Some(reason_message(
+        c.reason.as_deref().unwrap_or("Unschedulable"),
+        c.message.as_deref(),
+    ))
+}
+
+/// A container waiting for a reason other than its creation under way.
+fn container_held(c: &ContainerStatus) -> Option<String> {
+    let w = c.state.as_ref()?.waiting.as_ref()?;
+    let reason = w.reason.as_deref().unwrap_or("");
+    if reason.is_empty() || matches!(reason, "ContainerCreating" | "PodInitializing") {
+        return None;
+    }
+    Some(format!(
+        "container {} {}",
+        c.name,
+        reason_message(reason, w.message.as_deref())
+    ))
+}
+
+fn reason_message(reason: &str, message: Option<&str>) -> String {
+    match message.filter(|m| !m.is_empty()) {
+        Some(m) => format!("{reason}: {}", super::pod_story::tail(m, 256)),
+        None => reason.to_string(),
     }
 }
 
@@ -151,8 +194,43 @@ mod tests {
                 phase: "Running".into(),
                 ip: Some("127.1.0.5".into()),
                 failure: None,
-                succeeded: false
+                succeeded: false,
+                held: None,
             }
+        );
+    }
+
+    #[test]
+    fn held_pods_say_why_and_starting_ones_do_not() {
+        use k8s_openapi::api::core::v1::PodCondition;
+        assert_eq!(
+            observe(&pod("Pending", vec![waiting("ContainerCreating")])).held,
+            None
+        );
+        assert_eq!(
+            observe(&pod("Pending", vec![waiting("SomethingSlow")])).held,
+            Some("container task SomethingSlow: m".into())
+        );
+        let mut p = pod("Pending", vec![]);
+        p.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: Some("Unschedulable".into()),
+            message: Some("0/4 nodes are available".into()),
+            ..Default::default()
+        }]);
+        assert_eq!(
+            observe(&p).held.as_deref(),
+            Some("Unschedulable: 0/4 nodes are available")
+        );
+        // A fatal reason is a failure, not a hold; a running pod is not held.
+        assert_eq!(
+            observe(&pod("Pending", vec![waiting("ErrImagePull")])).held,
+            None
+        );
+        assert_eq!(
+            observe(&pod("Running", vec![waiting("SomethingSlow")])).held,
+            None
         );
     }
 

@@ -301,6 +301,9 @@ async fn live_pod(
         }
         Next::Starting { quiet, after } => {
             st.state.get_or_insert(State::Deploying);
+            if let Some(why) = &view.held {
+                st.message = Some(format!("pod {}: {why}", view.phase));
+            }
             step.write_status = !quiet;
             step.action = Some(Action::requeue(after));
         }

@@ -44,8 +44,8 @@ pub struct Seen {
     pub startup_limit: Duration,
 }
 
-/// How long a fresh pod may stay Pending before its Task reports it (no status write per
-/// task while thousands of pods start; failures are reported at once regardless).
+/// How long a fresh pod may be held (not scheduled, a container waiting) before its Task
+/// reports why; failures are reported at once regardless.
 pub const PENDING_REPORT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, PartialEq)]
@@ -127,16 +127,18 @@ pub fn next(s: &Seen) -> Next {
         _ if age >= s.startup_limit => Next::StartupTimeout,
         _ => {
             let left = s.startup_limit - age;
-            if age < PENDING_REPORT && !s.has_status {
-                Next::Starting {
-                    quiet: true,
-                    after: (PENDING_REPORT - age).min(left),
-                }
+            // A healthy start is quiet however slow: the Task's first status is its
+            // process's answer (one write a task while thousands of pods start). A pod that
+            // says why it is held is reported once it has been for PENDING_REPORT.
+            let report = s.has_status || (age >= PENDING_REPORT && view.held.is_some());
+            let after = if age < PENDING_REPORT {
+                (PENDING_REPORT - age).min(left)
             } else {
-                Next::Starting {
-                    quiet: false,
-                    after: left,
-                }
+                left
+            };
+            Next::Starting {
+                quiet: !report,
+                after: if report { left } else { after },
             }
         }
     }
@@ -165,6 +167,7 @@ mod tests {
             ip: ip.map(String::from),
             failure: None,
             succeeded: false,
+            held: None,
         }
     }
 
@@ -241,6 +244,31 @@ mod tests {
             Next::Starting {
                 quiet: false,
                 after: Duration::from_secs(110)
+            }
+        );
+        // Slow but healthy: quiet until the start-up limit.
+        assert_eq!(
+            next(&seen(present(view("Pending", None), 70))),
+            Next::Starting {
+                quiet: true,
+                after: Duration::from_secs(50)
+            }
+        );
+        // Held, saying why: reported after PENDING_REPORT, not before.
+        let mut held = view("Pending", None);
+        held.held = Some("Unschedulable".into());
+        assert_eq!(
+            next(&seen(present(held.clone(), 10))),
+            Next::Starting {
+                quiet: true,
+                after: Duration::from_secs(50)
+            }
+        );
+        assert_eq!(
+            next(&seen(present(held, 70))),
+            Next::Starting {
+                quiet: false,
+                after: Duration::from_secs(50)
             }
         );
         assert_eq!(
