@@ -1,9 +1,11 @@
 //! Operator benchmark (printed figures, not a timed test): an Environment of N tasks on M
-//! simulated nodes (default 2,000 on 250) -> all Tasks and Pods created and STANDBY.
+//! simulated nodes (default 2,000 on 250) -> all Tasks and Pods created and STANDBY, then
+//! CONFIGURE, START, STOP, RESET, then destroyed.
 //!
 //! In the same run, the raw floor: a bare client creating the same objects (Task, Pod,
 //! Service per task, the same bodies), waiting for the pods to run, and writing each Task's
-//! status once. Figures: wall time, apiserver requests, operator peak RSS (VmHWM of the
+//! status once; then each transition with the same writes and calls per task
+//! (`support::floor`). Figures: wall time, apiserver requests, operator peak RSS (VmHWM of the
 //! `envbridge operator` child process), and the ratio to the floor.
 //!
 //! The peak RSS is printed against an empty operator's (the same process before the
@@ -42,6 +44,8 @@ use tokio_util::sync::CancellationToken;
 
 mod support;
 
+use support::drive::transition_succeeded;
+use support::floor::CYCLE;
 use support::sims::SimRunners;
 use support::tasks::{CLASSES, task_refs};
 use support::{Res, create_ns, delete_ns, env_num, install, peak_rss_kib, purge_namespace};
@@ -79,6 +83,13 @@ async fn run() -> Res {
         Config::from_custom_kubeconfig(kc, &Default::default()).await?,
         count.clone(),
     )?;
+    let log = std::env::temp_dir().join(format!("envbridge-bench-operator-{suffix}.log"));
+    let floor_sims = SimRunners::start(
+        &info.kubeconfig,
+        &floor_ns,
+        &CLASSES.map(|(c, _)| c),
+        &log.with_extension("floor-sims"),
+    )?;
     let t0 = Instant::now();
     floor(&counted, &floor_ns, &refs, concurrency).await?;
     let floor_time = t0.elapsed();
@@ -87,6 +98,30 @@ async fn run() -> Res {
         "floor: {:.2?} wall, {floor_requests} apiserver requests",
         floor_time
     );
+    // The floor's transitions: the same writes and calls as the operator's, per task.
+    let floor_tasks = Api::<Task>::namespaced(admin.clone(), &floor_ns)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let control = envbridge::control::ControlClient::new(false);
+    let mut floor_steps = Vec::new();
+    for (i, step) in CYCLE.into_iter().enumerate() {
+        let before = count.total();
+        let took = support::floor::transition(
+            &counted,
+            &control,
+            &floor_tasks,
+            step,
+            &format!("f{i}"),
+            concurrency,
+        )
+        .await?;
+        let requests = count.total() - before;
+        println!("floor: {} {took:.2?}, {requests} requests", step.0);
+        floor_steps.push((took, requests));
+    }
+    drop(control);
+    floor_sims.stop().await;
     // Gone before the operator starts: kwok and the apiserver deleting the floor's pods
     // would otherwise compete with the operator's run.
     let t_del = Instant::now();
@@ -100,7 +135,6 @@ async fn run() -> Res {
     let on_pod = marks.clone();
     let stop_watches = CancellationToken::new();
     watch_pods(admin.clone(), op_ns.clone(), on_pod, stop_watches.clone());
-    let log = std::env::temp_dir().join(format!("envbridge-bench-operator-{suffix}.log"));
     let sims = SimRunners::start(
         &info.kubeconfig,
         &op_ns,
@@ -186,6 +220,19 @@ async fn run() -> Res {
         .items
         .len();
     let rss_kib = peak_rss_kib(pid).unwrap_or(0);
+    // The same transitions through the operator: asked on the Environment, timed until its
+    // status says the transition succeeded.
+    let mut op_steps = Vec::new();
+    for (i, (event, _)) in CYCLE.into_iter().enumerate() {
+        let t = Instant::now();
+        transition_succeeded(&admin, &op_ns, "bo", &format!("o{i}"), event).await?;
+        let took = t.elapsed();
+        println!("operator: {event} {took:.2?}");
+        op_steps.push(took);
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-USR1", &pid.to_string()])
+        .status();
     let t1 = Instant::now();
     Api::<Environment>::namespaced(admin.clone(), &op_ns)
         .delete("bo", &DeleteParams::default())
@@ -206,15 +253,21 @@ async fn run() -> Res {
     sims.stop().await;
     delete_ns(&admin, &op_ns).await;
     let text = strip_ansi(&std::fs::read_to_string(&log)?);
-    // First line: at STANDBY; last: after the teardown (SIGUSR1 both times).
-    let line = |at: Option<usize>| at.and_then(|i| text[i..].lines().next()).unwrap_or("");
-    let at_standby = line(text.find("requests so far"));
-    let after_teardown = line(text.rfind("requests so far"));
+    // At STANDBY, after the transitions, after the teardown (SIGUSR1 each time).
+    let counts: Vec<&str> = text
+        .match_indices("requests so far")
+        .filter_map(|(i, _)| text[i..].lines().next())
+        .collect();
+    let at = |i: usize| counts.get(i).copied().unwrap_or("");
+    let (at_standby, after_teardown) = (at(0), at(2));
     let op_requests = field(at_standby, "apiserver_requests=").unwrap_or(0);
     let op_by_verb = word(at_standby, "by_verb=").unwrap_or_default();
+    let transition_requests =
+        field(at(1), "apiserver_requests=").map_or(0, |n| n.saturating_sub(op_requests));
     let all_requests = field(after_teardown, "apiserver_requests=").unwrap_or(0);
     let all_by_verb = word(after_teardown, "by_verb=").unwrap_or_default();
 
+    let round2 = |x: f64| (x * 100.0).round() / 100.0;
     let ratio = op_time.as_secs_f64() / floor_time.as_secs_f64();
     println!(
         "operator: {:.2?} wall to {total}/{total} STANDBY ({pods} pods), ratio to floor {ratio:.2}",
@@ -232,9 +285,26 @@ async fn run() -> Res {
     println!(
         "operator: {op_requests} apiserver requests to STANDBY (floor {floor_requests}): {op_by_verb}"
     );
+    let floor_transition_requests: u64 = floor_steps.iter().map(|(_, q)| q).sum();
+    let mut transitions = serde_json::Map::new();
+    for (((event, _), (floor_t, _)), op_t) in CYCLE.iter().zip(&floor_steps).zip(&op_steps) {
+        let r = op_t.as_secs_f64() / floor_t.as_secs_f64();
+        println!(
+            "operator: {event} {:.2} s against the floor's {:.2} s, ratio {r:.2}",
+            op_t.as_secs_f64(),
+            floor_t.as_secs_f64()
+        );
+        transitions.insert(
+            event.to_string(),
+            json!({"floor_s": round2(floor_t.as_secs_f64()), "operator_s": round2(op_t.as_secs_f64()), "ratio": round2(r)}),
+        );
+    }
+    println!(
+        "operator: {transition_requests} requests for the 4 transitions (floor {floor_transition_requests})"
+    );
     println!(
         "operator: {} more requests for the teardown ({all_requests} in all: {all_by_verb})",
-        all_requests.saturating_sub(op_requests)
+        all_requests.saturating_sub(op_requests + transition_requests)
     );
     let kb_per_task =
         (rss_kib.saturating_sub(baseline_kib)) as f64 * 1024.0 / 1000.0 / total as f64;
@@ -252,10 +322,10 @@ async fn run() -> Res {
         json!({"tasks": total, "nodes": nodes, "floor_ms": floor_time.as_millis() as u64, "floor_requests": floor_requests,
                "operator_ms": op_time.as_millis() as u64, "environment_written_ms": env_written.as_millis() as u64, "operator_requests": op_requests, "operator_requests_by_verb": op_by_verb,
                "operator_requests_with_teardown": all_requests, "ratio": (ratio * 100.0).round() / 100.0,
-               "operator_peak_rss_mib": (rss_kib as f64 / 1024.0).round(), "teardown_ms": teardown.as_millis() as u64})
+               "operator_peak_rss_mib": (rss_kib as f64 / 1024.0).round(), "teardown_ms": teardown.as_millis() as u64,
+               "transitions": transitions, "transition_requests": transition_requests, "floor_transition_requests": floor_transition_requests})
     );
     // The contract's last line (issue 23).
-    let round2 = |x: f64| (x * 100.0).round() / 100.0;
     println!(
         "{}",
         json!({"bench": "operator", "tasks": total, "floor_s": round2(floor_time.as_secs_f64()),

@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each bench uses its own subset
 
 pub mod drive;
+pub mod floor;
 pub mod nodemem;
 pub mod plane;
 pub mod pods;
