@@ -48,12 +48,41 @@ pub const STAGES: &[(&str, &str)] = &[
     ),
 ];
 
-/// The multi-document YAML passed to `kwok --config`. It holds no KwokConfiguration: kwok
-/// applies its defaults only when none is given (a partial one leaves parallelism at 0).
+/// Pods whose stage kwok plays at once (its default: 4). kwok's client has no rate limit, so
+/// 4 workers each waiting on one apiserver round trip set its pace: at 10,000 pods and an
+/// apiserver busy with a run's other writes, minutes for what the apiserver could do sooner.
+pub const POD_STAGE_PARALLELISM: u32 = 16;
+
+/// kwok's options. kwok applies its defaults only when no KwokConfiguration is given (a
+/// partial one leaves the rest at zero: no parallelism at all), so every option that has a
+/// default is given here, kwok v0.8.0's own values except the pods' parallelism.
+fn kwok_options() -> String {
+    format!(
+        "apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  manageAllNodes: false
+  enableDebuggingHandlers: true
+  enableContentionProfiling: false
+  enableProfilingHandler: true
+  podPlayStageParallelism: {POD_STAGE_PARALLELISM}
+  nodePlayStageParallelism: 4
+  nodeLeaseParallelism: 4
+  podsOnNodeSyncParallelism: 1
+  enablePodsOnNodeSyncListPager: true
+  enablePodsOnNodeSyncStreamWatch: false
+"
+    )
+}
+
+/// The multi-document YAML passed to `kwok --config`: its options, then every stage.
 pub fn kwok_config() -> String {
-    STAGES
-        .iter()
-        .map(|(_, yaml)| format!("{}\n", yaml.trim_end()))
+    std::iter::once(kwok_options())
+        .chain(
+            STAGES
+                .iter()
+                .map(|(_, yaml)| format!("{}\n", yaml.trim_end())),
+        )
         .collect::<Vec<_>>()
         .join("---\n")
 }
@@ -70,9 +99,22 @@ mod tests {
     }
 
     #[test]
-    fn config_holds_every_stage_once() {
+    fn config_holds_the_options_whole_then_every_stage_once() {
         let docs = docs();
-        let names: Vec<&str> = docs
+        let opts = &docs[0];
+        assert_eq!(opts["kind"], "KwokConfiguration");
+        assert_eq!(
+            opts["options"]["podPlayStageParallelism"],
+            POD_STAGE_PARALLELISM
+        );
+        for nonzero in [
+            "nodePlayStageParallelism",
+            "nodeLeaseParallelism",
+            "podsOnNodeSyncParallelism",
+        ] {
+            assert!(opts["options"][nonzero].as_u64() > Some(0), "{nonzero}");
+        }
+        let names: Vec<&str> = docs[1..]
             .iter()
             .map(|d| {
                 assert_eq!(d["kind"], "Stage");
