@@ -24,7 +24,6 @@ use envbridge::state::Event;
 use kube::api::DeleteParams;
 use kube::{Api, Client};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 
 mod support;
@@ -69,12 +68,7 @@ struct Replica {
 
 impl Replica {
     fn start(kubeconfig: &Path, ns: &str, identity: &str, lease_s: usize) -> Res<Replica> {
-        let metrics = format!(
-            "127.0.0.1:{}",
-            std::net::TcpListener::bind("127.0.0.1:0")?
-                .local_addr()?
-                .port()
-        );
+        let metrics = support::free_loopback()?;
         let log = std::env::temp_dir().join(format!("{ns}-{identity}.log"));
         let log = std::fs::File::create(log)?;
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
@@ -94,16 +88,7 @@ impl Replica {
 
     /// Its metrics' text (empty while its listener is not up).
     async fn scrape(&self) -> String {
-        let Ok(mut s) = tokio::net::TcpStream::connect(&self.metrics).await else {
-            return String::new();
-        };
-        let req = format!("GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n", self.metrics);
-        let mut out = String::new();
-        if s.write_all(req.as_bytes()).await.is_err() {
-            return out;
-        }
-        let _ = s.read_to_string(&mut out).await;
-        out
+        support::http_get(&self.metrics, "/metrics").await
     }
 
     async fn gauge(&self, name: &str) -> u64 {

@@ -6,10 +6,11 @@
 //! Service per task, the same bodies), waiting for the pods to run, and writing each Task's
 //! status once; then each transition with the same writes and calls per task
 //! (`support::floor`). Figures: wall time, apiserver requests, operator peak RSS (VmHWM of the
-//! `envbridge operator` child process), and the ratio to the floor.
+//! `envbridge operator` child process over the whole run, read after the teardown), and the
+//! ratio to the floor.
 //!
-//! The peak RSS is printed against an empty operator's (the same process before the
-//! environment is written): what each task adds. The last line is one JSON object:
+//! The peak RSS is printed against an empty operator's (the same process once ready, its
+//! watches listed, before the environment is written): what each task adds. The last line is one JSON object:
 //! `{"bench":"operator","tasks":N,"floor_s":F,"operator_s":O,"ratio":R,"peak_rss_mib":M,
 //! "baseline_rss_mib":B,"kb_per_task":K,"requests":Q,"floor_requests":FQ}`.
 //!
@@ -19,6 +20,7 @@
 //!
 //! Run: `cargo bench --bench operator` (starts or reuses the local control plane; grows it to
 //! BENCH_NODES nodes). BENCH_NODES, BENCH_TASKS_PER_NODE, BENCH_CONCURRENCY adjust it;
+//! BENCH_CYCLES repeats the operator's transitions (its memory over many);
 //! BENCH_OPERATOR_WRAPPER runs the operator under a profiler (`heaptrack -o FILE`).
 
 use std::collections::{BTreeMap, HashSet};
@@ -157,10 +159,12 @@ async fn run() -> Res {
         }
         None => tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge")),
     };
+    let metrics = support::free_loopback()?;
     let mut child = command
         .args([
             "operator",
-            "--metrics-listen=127.0.0.1:0",
+            "--metrics-listen",
+            &metrics,
             "--no-leader-election",
             "--namespace",
             &op_ns,
@@ -179,9 +183,22 @@ async fn run() -> Res {
         .kill_on_drop(true)
         .spawn()?;
     let pid = child.id().ok_or("operator exited at once")?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    // An empty operator (its watches up, no environment): what the tasks add is measured
-    // against this.
+    // An empty operator (its watches listed, no environment): what the tasks add is measured
+    // against this, read once it is ready and has settled (a reading 3 s after its start,
+    // some lists not done, moved by 16 MiB between runs).
+    let t_ready = Instant::now();
+    while support::http_get(&metrics, "/readyz")
+        .await
+        .split_whitespace()
+        .nth(1)
+        != Some("200")
+    {
+        if t_ready.elapsed() > Duration::from_secs(120) {
+            return Err("the operator was not ready within 120 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let baseline_kib = peak_rss_kib(pid).unwrap_or(0);
     let refs = task_refs("bo", nodes, per_node);
     let total = refs.len();
@@ -219,16 +236,32 @@ async fn run() -> Res {
         .await?
         .items
         .len();
-    let rss_kib = peak_rss_kib(pid).unwrap_or(0);
+    let memory = |at: &str| {
+        let mib = |k: Option<u64>| k.unwrap_or(0) as f64 / 1024.0;
+        println!(
+            "operator: at {at}: RSS {:.1} MiB, peak so far {:.1} MiB",
+            mib(support::rss_kib(pid)),
+            mib(peak_rss_kib(pid))
+        );
+    };
+    memory("STANDBY");
     // The same transitions through the operator: asked on the Environment, timed until its
     // status says the transition succeeded.
     let mut op_steps = Vec::new();
-    for (i, (event, _)) in CYCLE.into_iter().enumerate() {
-        let t = Instant::now();
-        transition_succeeded(&admin, &op_ns, "bo", &format!("o{i}"), event).await?;
-        let took = t.elapsed();
-        println!("operator: {event} {took:.2?}");
-        op_steps.push(took);
+    // BENCH_CYCLES > 1 runs the cycle again (each figure is the first cycle's): whether the
+    // operator's memory settles or grows with the transitions.
+    for cycle in 0..env_num("BENCH_CYCLES", 1).max(1) {
+        for (i, (event, _)) in CYCLE.into_iter().enumerate() {
+            let t = Instant::now();
+            let id = format!("o{cycle}-{i}");
+            transition_succeeded(&admin, &op_ns, "bo", &id, event).await?;
+            let took = t.elapsed();
+            println!("operator: {event} {took:.2?}");
+            if cycle == 0 {
+                op_steps.push(took);
+            }
+            memory(&format!("{event} (cycle {})", cycle + 1));
+        }
     }
     let _ = std::process::Command::new("kill")
         .args(["-USR1", &pid.to_string()])
@@ -239,6 +272,9 @@ async fn run() -> Res {
         .await?;
     support::wait_gone(&admin, &op_ns, TIMEOUT).await?;
     let teardown = t1.elapsed();
+    memory("the teardown's end");
+    // The peak over the whole run: create, transitions, teardown.
+    let rss_kib = peak_rss_kib(pid).unwrap_or(0);
     // Requests so far again (the teardown's are the difference).
     let _ = std::process::Command::new("kill")
         .args(["-USR1", &pid.to_string()])

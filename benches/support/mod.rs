@@ -74,8 +74,17 @@ pub async fn apply_template(admin: &Client, tt: &TaskTemplate) -> Res {
 
 /// Peak resident set (VmHWM) of a process, KiB.
 pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+/// Resident set now (VmRSS) of a process, KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+fn status_kib(pid: u32, key: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
@@ -200,6 +209,30 @@ pub async fn stop_child(child: &mut tokio::process::Child, grace: Duration) {
     if tokio::time::timeout(grace, child.wait()).await.is_err() {
         let _ = child.kill().await;
     }
+}
+
+/// A free loopback port's address, for a child's listener.
+pub fn free_loopback() -> Res<String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    Ok(format!("127.0.0.1:{port}"))
+}
+
+/// The whole HTTP/1.0 answer (status line, headers, body) of `GET path` at `addr`; empty
+/// while nothing listens there.
+pub async fn http_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return String::new();
+    };
+    let req = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    let mut out = String::new();
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return out;
+    }
+    let _ = s.read_to_string(&mut out).await;
+    out
 }
 
 /// Milliseconds, as a float.
