@@ -33,7 +33,7 @@ pub async fn apply_file(client: &Client, path: &Path, manager: &str) -> Result<(
             .split_once('/')
             .unwrap_or(("", tm.api_version.as_str()));
         let (ar, caps) =
-            pinned_kind(client, &GroupVersionKind::gvk(group, version, &tm.kind)).await?;
+            discovered(client, &GroupVersionKind::gvk(group, version, &tm.kind)).await?;
         let api: Api<DynamicObject> = match (&caps.scope, obj.namespace()) {
             (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), &ns, &ar),
             _ => Api::all_with(client.clone(), &ar),
@@ -46,6 +46,26 @@ pub async fn apply_file(client: &Client, path: &Path, manager: &str) -> Result<(
         .await?;
     }
     Ok(())
+}
+
+/// The kind's API as discovery serves it. A CRD just Established may be missing from
+/// discovery for a moment (seen on a fresh plane): asked again for up to 10 s.
+async fn discovered(
+    client: &Client,
+    gvk: &GroupVersionKind,
+) -> Result<(
+    kube::discovery::ApiResource,
+    kube::discovery::ApiCapabilities,
+)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match pinned_kind(client, gvk).await {
+            Err(kube::Error::Discovery(_)) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            found => return Ok(found?),
+        }
+    }
 }
 
 /// Writes `tasks` as TaskSets packed the render's way under `budget` bytes (the one packer:
