@@ -59,13 +59,13 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
     let old = env.status.clone().unwrap_or_default();
     let mut status = old.clone();
     let generation = env.metadata.generation;
-    let refs = collect_tasks(
+    let sets = collect_tasks(
         &env,
         |set| ctx.task_sets.get(&reflector_ref::<TaskSet>(set, &ns)),
         |set| cached_hash(ctx, set),
     );
-    let refs = match refs {
-        Ok(refs) => refs,
+    let sets = match sets {
+        Ok(sets) => sets,
         Err(problem) => {
             set_condition(
                 &mut status.conditions,
@@ -79,6 +79,8 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
     };
+    // Borrowed from the stored TaskSets (not copied).
+    let refs = sets.refs();
     let msg = format!(
         "{} tasks in {} TaskSets",
         refs.len(),
@@ -142,17 +144,15 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
         let stored = own();
         let by_name: HashMap<String, &Task> =
             stored.iter().map(|t| (t.name_any(), t.as_ref())).collect();
-        let wanted: Vec<(Task, Option<&Task>)> = refs
-            .iter()
-            .map(|r| {
-                let mut want = build_task(&env, r);
-                let existing = by_name.get(&r.name).copied();
-                if let Some((req, (gate, start))) = &gate {
-                    want.spec.transition = gated_transition(r, existing, req, gate, start);
-                }
-                (want, existing)
-            })
-            .collect();
+        // Built one at a time as `task_writes` compares them (not all 10,000 at once).
+        let wanted = refs.iter().map(|r| {
+            let mut want = build_task(&env, r);
+            let existing = by_name.get(&r.name).copied();
+            if let Some((req, (gate, start))) = &gate {
+                want.spec.transition = gated_transition(r, existing, req, gate, start);
+            }
+            (want, existing)
+        });
         let mine_now: Vec<&Task> = stored.iter().map(|t| t.as_ref()).collect();
         let writes = task_writes(wanted, &mine_now, created_before);
         // A long write (a transition reaching thousands of Tasks) stops now and then to
@@ -221,7 +221,7 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
 fn summarize(
     ctx: &Ctx,
     env: &Environment,
-    refs: &[TaskRef],
+    refs: &[&TaskRef],
     tasks: &[Arc<Task>],
     has_hooks: bool,
     status: &mut EnvironmentStatus,
@@ -281,7 +281,7 @@ struct Progress<'a> {
     ctx: &'a Ctx,
     api: &'a Api<Environment>,
     env: &'a Environment,
-    refs: &'a [TaskRef],
+    refs: &'a [&'a TaskRef],
     has_hooks: bool,
     status: &'a EnvironmentStatus,
     /// The status last written.
@@ -410,7 +410,7 @@ fn hook_gate(
     ctx: &Ctx,
     env: &Environment,
     req: &TransitionRequest,
-    refs: &[TaskRef],
+    refs: &[&TaskRef],
     tasks: &[Arc<Task>],
 ) -> (hooks::Gate, HashSet<String>, Vec<usize>) {
     let by_name: HashMap<&str, &Task> = tasks
@@ -419,6 +419,7 @@ fn hook_gate(
         .collect();
     let hook_refs: Vec<&TaskRef> = refs
         .iter()
+        .copied()
         .filter(|r| r.control_mode == ControlMode::Hook)
         .collect();
     let env_uid = env.uid().unwrap_or_default();

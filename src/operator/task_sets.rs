@@ -1,6 +1,6 @@
 //! Environment -> its task references (from verified TaskSets) -> the Task objects. Pure.
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
@@ -34,14 +34,29 @@ pub enum SetProblem {
     Count { want: u32, got: usize },
 }
 
-/// All task references of `env`, in TaskSet order, once every named set is present and
-/// matches its hash. `lookup(name)` finds a TaskSet in the environment's namespace;
-/// `hash(set)` returns its `tasks_digest` (callers may cache it per resourceVersion).
+/// An environment's verified TaskSets, held (not copied): its task references are borrowed
+/// from them, so a reconcile of 10,000 tasks does not clone 10,000 references.
+#[derive(Debug)]
+pub struct Collected<S> {
+    sets: Vec<S>,
+}
+
+impl<S: std::ops::Deref<Target = TaskSet>> Collected<S> {
+    /// All task references, in TaskSet order.
+    pub fn refs(&self) -> Vec<&TaskRef> {
+        self.sets.iter().flat_map(|s| s.spec.tasks.iter()).collect()
+    }
+}
+
+/// The TaskSets of `env`, once every named set is present and matches its hash and they
+/// hold each task once, as many as the Environment says. `lookup(name)` finds a TaskSet in
+/// the environment's namespace; `hash(set)` returns its `tasks_digest` (callers may cache it
+/// per resourceVersion).
 pub fn collect_tasks<L, H, S>(
     env: &Environment,
     lookup: L,
     hash: H,
-) -> Result<Vec<TaskRef>, SetProblem>
+) -> Result<Collected<S>, SetProblem>
 where
     L: Fn(&str) -> Option<S>,
     S: std::ops::Deref<Target = TaskSet>,
@@ -67,8 +82,7 @@ where
         }
         sets.push(set);
     }
-    let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
+    let mut seen = HashSet::new();
     for (set, r) in sets.iter().zip(&env.spec.task_sets) {
         for t in &set.spec.tasks {
             if !seen.insert(t.name.as_str()) {
@@ -77,16 +91,16 @@ where
                     set: r.name.clone(),
                 });
             }
-            out.push(t.clone());
         }
     }
-    if env.spec.tasks != 0 && out.len() != env.spec.tasks as usize {
+    if env.spec.tasks != 0 && seen.len() != env.spec.tasks as usize {
         return Err(SetProblem::Count {
             want: env.spec.tasks,
-            got: out.len(),
+            got: seen.len(),
         });
     }
-    Ok(out)
+    drop(seen);
+    Ok(Collected { sets })
 }
 
 /// The Task object for one reference: same namespace, owned by the environment, labelled,
@@ -155,23 +169,23 @@ fn only_transition_differs(existing: &Task, want: &Task) -> bool {
 /// Decides the writes from each reference's wanted Task beside the stored one, and the
 /// environment's stored Tasks: a Task is written when it differs, or when it is missing and
 /// the environment's Tasks were never created (a killed task stays gone); one being deleted
-/// is left alone.
-pub fn task_writes(
-    wanted: Vec<(Task, Option<&Task>)>,
+/// is left alone. `wanted` is consumed one Task at a time: only those to apply are kept.
+pub fn task_writes<'a>(
+    wanted: impl IntoIterator<Item = (Task, Option<&'a Task>)>,
     mine: &[&Task],
     created_before: bool,
 ) -> TaskWrites {
-    let names: std::collections::HashSet<String> =
-        wanted.iter().map(|(w, _)| w.name_any()).collect();
+    let mut names = HashSet::new();
     let mut apply = Vec::new();
     let mut transition = Vec::new();
     for (want, existing) in wanted {
+        names.insert(want.name_any());
         match existing {
             Some(t) if t.metadata.deletion_timestamp.is_some() => {}
             Some(t) if task_up_to_date(t, &want) => {}
             Some(t) if only_transition_differs(t, &want) => {
-                if let Some(req) = want.spec.transition.clone() {
-                    transition.push((want.name_any(), req));
+                if let Some(req) = want.spec.transition {
+                    transition.push((t.name_any(), req));
                 }
             }
             Some(_) => apply.push(want),
@@ -249,6 +263,7 @@ mod tests {
             |n| by_name.get(n).copied(),
             |s| tasks_digest(&s.spec.tasks),
         )
+        .map(|c| c.refs().into_iter().cloned().collect())
     }
 
     #[test]
