@@ -21,6 +21,9 @@
 //! Run: `cargo bench --bench operator` (starts or reuses the local control plane; grows it to
 //! BENCH_NODES nodes). BENCH_NODES, BENCH_TASKS_PER_NODE, BENCH_CONCURRENCY adjust it;
 //! BENCH_CYCLES repeats the operator's transitions (its memory over many);
+//! BENCH_SHARDS=2 splits the tasks by node between two environments, each reconciled by its
+//! own shard operator (`--shard s0`, `--shard s1`), both run at once (their RSS and requests
+//! summed in the last line, each one's figures printed before it);
 //! BENCH_OPERATOR_WRAPPER runs the operator under a profiler (`heaptrack -o FILE`).
 
 use std::collections::{BTreeMap, HashSet};
@@ -48,9 +51,10 @@ mod support;
 
 use support::drive::transition_succeeded;
 use support::floor::CYCLE;
+use support::operator_proc::{OperatorProc, Requests};
 use support::sims::SimRunners;
 use support::tasks::{CLASSES, task_refs};
-use support::{Res, create_ns, delete_ns, env_num, install, peak_rss_kib, purge_namespace};
+use support::{Res, create_ns, delete_ns, env_num, install, purge_namespace};
 
 const DISCOVERY_PORT: u16 = 47000;
 const TIMEOUT: Duration = Duration::from_secs(900);
@@ -130,7 +134,9 @@ async fn run() -> Res {
     purge_namespace(&admin, &floor_ns, TIMEOUT).await?;
     println!("floor: its namespace deleted in {:.2?}", t_del.elapsed());
 
-    // The operator (a child process, as deployed), with task simulators for its pods.
+    // The operator (a child process, as deployed), with task simulators for its pods;
+    // BENCH_SHARDS > 1: as many shard operators, each with its own environment (the tasks
+    // split between them by node).
     let op_ns = format!("bench-op-{suffix}");
     create_ns(&admin, &op_ns).await?;
     let marks = SharedMarks::default();
@@ -143,65 +149,24 @@ async fn run() -> Res {
         &CLASSES.map(|(c, _)| c),
         &log.with_extension("sims"),
     )?;
-    let log_file = std::fs::File::create(&log)?;
-    // BENCH_OPERATOR_WRAPPER (a profiler's command line, e.g. `heaptrack -o /tmp/op`) runs
-    // the operator under it; its RSS figures are then the wrapper's.
-    let wrapper: Vec<String> = std::env::var("BENCH_OPERATOR_WRAPPER")
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(str::to_string)
-        .collect();
-    let mut command = match wrapper.split_first() {
-        Some((prog, rest)) => {
-            let mut c = tokio::process::Command::new(prog);
-            c.args(rest).arg(env!("CARGO_BIN_EXE_envbridge"));
-            c
-        }
-        None => tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge")),
-    };
-    let metrics = support::free_loopback()?;
-    let mut child = command
-        .args([
-            "operator",
-            "--metrics-listen",
-            &metrics,
-            "--no-leader-election",
-            "--namespace",
-            &op_ns,
-        ])
-        .args(["--headless-discovery-port", &DISCOVERY_PORT.to_string()])
-        // kwok marks 10,000 pods Running in about 190 s on this machine (the floor's
-        // figure): more than the 120 s a site's kubelets get by default.
-        .args(["--startup-timeout-seconds", "600"])
-        // And deletes them as slowly at that size: the default 60 s (after which a pod whose
-        // node does not confirm is removed by force, meant for dead nodes) forced every one.
-        .args(["--pod-deletion-timeout-seconds", "600"])
-        .env("KUBECONFIG", &info.kubeconfig)
-        .env("RUST_LOG", "info")
-        .stderr(log_file.try_clone()?)
-        .stdout(log_file)
-        .kill_on_drop(true)
-        .spawn()?;
-    let pid = child.id().ok_or("operator exited at once")?;
-    // An empty operator (its watches listed, no environment): what the tasks add is measured
-    // against this, read once it is ready and has settled (a reading 3 s after its start,
-    // some lists not done, moved by 16 MiB between runs).
-    let t_ready = Instant::now();
-    while support::http_get(&metrics, "/readyz")
-        .await
-        .split_whitespace()
-        .nth(1)
-        != Some("200")
-    {
-        if t_ready.elapsed() > Duration::from_secs(120) {
-            return Err("the operator was not ready within 120 s".into());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let baseline_kib = peak_rss_kib(pid).unwrap_or(0);
     let refs = task_refs("bo", nodes, per_node);
     let total = refs.len();
+    let parts = shard_parts(refs, env_num("BENCH_SHARDS", 1), per_node);
+    let mut operators = Vec::new();
+    for p in &parts {
+        let log = log.with_extension(p.shard.as_deref().unwrap_or("log"));
+        operators.push(
+            OperatorProc::start(
+                &info.kubeconfig,
+                &op_ns,
+                p.shard.as_deref(),
+                DISCOVERY_PORT,
+                &log,
+            )
+            .await?,
+        );
+    }
+    let operators_baseline: Vec<u64> = operators.iter().map(|o| o.baseline_kib).collect();
     let t0 = Instant::now();
     record(&marks, |m| {
         m.t0 = Some(t0);
@@ -213,23 +178,30 @@ async fn run() -> Res {
         marks.clone(),
         stop_watches.clone(),
     );
-    // 10 TaskSets of 200 tasks (25 nodes each), then the Environment.
-    envbridge::dev::fixtures::deploy(
-        &admin,
-        &op_ns,
-        "bo",
-        &refs,
-        envbridge::plan::DEFAULT_TASK_SET_BUDGET,
-        "envbridge-bench",
-    )
+    // Each environment's TaskSets (200 tasks, 25 nodes each), then the Environment; all
+    // environments at once.
+    all_timed(&parts, |p| async {
+        envbridge::dev::fixtures::deploy_in_shard(
+            &admin,
+            &op_ns,
+            &p.env,
+            &p.refs,
+            envbridge::plan::DEFAULT_TASK_SET_BUDGET,
+            "envbridge-bench",
+            p.shard.as_deref(),
+        )
+        .await
+        .map_err(Into::into)
+    })
     .await?;
     let env_written = t0.elapsed();
-    wait_standby(&admin, &op_ns, "bo", total).await?;
+    let standby_at = all_timed(&parts, |p| {
+        wait_standby(&admin, &op_ns, &p.env, p.refs.len())
+    })
+    .await?;
     let op_time = t0.elapsed();
-    // The operator logs the requests it has sent so far (read from its log below).
-    let _ = std::process::Command::new("kill")
-        .args(["-USR1", &pid.to_string()])
-        .status();
+    // The operators log the requests they have sent so far (read from their logs below).
+    operators.iter().for_each(OperatorProc::log_requests);
     let marks = marks.lock().map(|m| m.marks.clone()).unwrap_or_default();
     let pods = Api::<Pod>::namespaced(admin.clone(), &op_ns)
         .list(&ListParams::default())
@@ -237,73 +209,68 @@ async fn run() -> Res {
         .items
         .len();
     let memory = |at: &str| {
-        let mib = |k: Option<u64>| k.unwrap_or(0) as f64 / 1024.0;
-        println!(
-            "operator: at {at}: RSS {:.1} MiB, peak so far {:.1} MiB",
-            mib(support::rss_kib(pid)),
-            mib(peak_rss_kib(pid))
-        );
+        for (p, o) in parts.iter().zip(&operators) {
+            println!(
+                "operator{}: at {at}: RSS {:.1} MiB, peak so far {:.1} MiB",
+                p.label(),
+                mib(o.rss_kib()),
+                mib(o.peak_kib())
+            );
+        }
     };
     memory("STANDBY");
-    // The same transitions through the operator: asked on the Environment, timed until its
-    // status says the transition succeeded.
+    // The same transitions through the operator: asked on the Environment(s), timed until
+    // each one's status says the transition succeeded.
     let mut op_steps = Vec::new();
+    let mut shard_steps: Vec<Vec<Duration>> = vec![Vec::new(); parts.len()];
     // BENCH_CYCLES > 1 runs the cycle again (each figure is the first cycle's): whether the
     // operator's memory settles or grows with the transitions.
     for cycle in 0..env_num("BENCH_CYCLES", 1).max(1) {
         for (i, (event, _)) in CYCLE.into_iter().enumerate() {
             let t = Instant::now();
             let id = format!("o{cycle}-{i}");
-            transition_succeeded(&admin, &op_ns, "bo", &id, event).await?;
+            let each = all_timed(&parts, |p| {
+                transition_succeeded(&admin, &op_ns, &p.env, &id, event)
+            })
+            .await?;
             let took = t.elapsed();
             println!("operator: {event} {took:.2?}");
             if cycle == 0 {
                 op_steps.push(took);
+                for (s, d) in shard_steps.iter_mut().zip(each) {
+                    s.push(d);
+                }
             }
             memory(&format!("{event} (cycle {})", cycle + 1));
         }
     }
-    let _ = std::process::Command::new("kill")
-        .args(["-USR1", &pid.to_string()])
-        .status();
+    operators.iter().for_each(OperatorProc::log_requests);
     let t1 = Instant::now();
-    Api::<Environment>::namespaced(admin.clone(), &op_ns)
-        .delete("bo", &DeleteParams::default())
-        .await?;
+    for p in &parts {
+        Api::<Environment>::namespaced(admin.clone(), &op_ns)
+            .delete(&p.env, &DeleteParams::default())
+            .await?;
+    }
     support::wait_gone(&admin, &op_ns, TIMEOUT).await?;
     let teardown = t1.elapsed();
     memory("the teardown's end");
     // The peak over the whole run: create, transitions, teardown.
-    let rss_kib = peak_rss_kib(pid).unwrap_or(0);
+    let peaks: Vec<u64> = operators.iter().map(OperatorProc::peak_kib).collect();
     // Requests so far again (the teardown's are the difference).
-    let _ = std::process::Command::new("kill")
-        .args(["-USR1", &pid.to_string()])
-        .status();
+    operators.iter().for_each(OperatorProc::log_requests);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    // SIGTERM (graceful): the operator logs its request count on the way out.
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    let mut requests = Vec::new();
+    for o in operators.drain(..) {
+        requests.push(o.stop().await?);
+    }
     stop_watches.cancel();
     sims.stop().await;
     delete_ns(&admin, &op_ns).await;
-    let text = strip_ansi(&std::fs::read_to_string(&log)?);
-    // At STANDBY, after the transitions, after the teardown (SIGUSR1 each time).
-    let counts: Vec<&str> = text
-        .match_indices("requests so far")
-        .filter_map(|(i, _)| text[i..].lines().next())
-        .collect();
-    let at = |i: usize| counts.get(i).copied().unwrap_or("");
-    let (at_standby, after_teardown) = (at(0), at(2));
-    let op_requests = field(at_standby, "apiserver_requests=").unwrap_or(0);
-    let op_by_verb = word(at_standby, "by_verb=").unwrap_or_default();
-    let transition_requests =
-        field(at(1), "apiserver_requests=").map_or(0, |n| n.saturating_sub(op_requests));
-    let all_requests = field(after_teardown, "apiserver_requests=").unwrap_or(0);
-    let all_by_verb = word(after_teardown, "by_verb=").unwrap_or_default();
+    let mut all = Requests::default();
+    requests.iter().for_each(|r| all += r);
+    let baseline_kib: u64 = operators_baseline.iter().sum();
+    let rss_kib: u64 = peaks.iter().sum();
 
-    let round2 = |x: f64| (x * 100.0).round() / 100.0;
     let ratio = op_time.as_secs_f64() / floor_time.as_secs_f64();
     println!(
         "operator: {:.2?} wall to {total}/{total} STANDBY ({pods} pods), ratio to floor {ratio:.2}",
@@ -319,7 +286,8 @@ async fn run() -> Res {
         println!("operator: {what} at {:.2?}", at);
     }
     println!(
-        "operator: {op_requests} apiserver requests to STANDBY (floor {floor_requests}): {op_by_verb}"
+        "operator: {} apiserver requests to STANDBY (floor {floor_requests}): {}",
+        all.standby, all.standby_by_verb
     );
     let floor_transition_requests: u64 = floor_steps.iter().map(|(_, q)| q).sum();
     let mut transitions = serde_json::Map::new();
@@ -336,56 +304,142 @@ async fn run() -> Res {
         );
     }
     println!(
-        "operator: {transition_requests} requests for the 4 transitions (floor {floor_transition_requests})"
+        "operator: {} requests for the 4 transitions (floor {floor_transition_requests})",
+        all.transitions
     );
     println!(
-        "operator: {} more requests for the teardown ({all_requests} in all: {all_by_verb})",
-        all_requests.saturating_sub(op_requests + transition_requests)
+        "operator: {} more requests for the teardown ({} in all: {})",
+        all.all.saturating_sub(all.standby + all.transitions),
+        all.all,
+        all.all_by_verb
     );
-    let kb_per_task =
-        (rss_kib.saturating_sub(baseline_kib)) as f64 * 1024.0 / 1000.0 / total as f64;
+    let kb_a_task = kb_per_task(rss_kib, baseline_kib, total);
     println!(
-        "operator: peak RSS {:.1} MiB, empty operator {:.1} MiB: {kb_per_task:.1} KB a task",
-        rss_kib as f64 / 1024.0,
-        baseline_kib as f64 / 1024.0
+        "operator: peak RSS {:.1} MiB, empty operator {:.1} MiB: {kb_a_task:.1} KB a task",
+        mib(rss_kib),
+        mib(baseline_kib)
     );
     println!(
         "operator: teardown (Environment deleted -> no Task/Pod/Service left) {:.2?}",
         teardown
     );
+    let mut shards = Vec::new();
+    if parts.len() > 1 {
+        for (i, p) in parts.iter().enumerate() {
+            let steps: Vec<String> = CYCLE
+                .iter()
+                .zip(&shard_steps[i])
+                .map(|((e, _), d)| format!("{e} {:.2} s", d.as_secs_f64()))
+                .collect();
+            let k = kb_per_task(peaks[i], operators_baseline[i], p.refs.len());
+            println!(
+                "operator{}: environment {} of {} tasks STANDBY at {:.2?}; {}; peak RSS {:.1} MiB, empty {:.1} MiB: {k:.1} KB a task; {} requests to STANDBY, {} for the transitions, {} in all",
+                p.label(),
+                p.env,
+                p.refs.len(),
+                standby_at[i],
+                steps.join(", "),
+                mib(peaks[i]),
+                mib(operators_baseline[i]),
+                requests[i].standby,
+                requests[i].transitions,
+                requests[i].all
+            );
+            shards.push(json!({"shard": p.shard, "environment": p.env, "tasks": p.refs.len(),
+                "standby_s": round2(standby_at[i].as_secs_f64()),
+                "transitions_s": shard_steps[i].iter().map(|d| round2(d.as_secs_f64())).collect::<Vec<_>>(),
+                "peak_rss_mib": round2(mib(peaks[i])), "baseline_rss_mib": round2(mib(operators_baseline[i])),
+                "kb_per_task": round2(k), "requests": requests[i].standby}));
+        }
+    }
     println!(
         "{}",
         json!({"tasks": total, "nodes": nodes, "floor_ms": floor_time.as_millis() as u64, "floor_requests": floor_requests,
-               "operator_ms": op_time.as_millis() as u64, "environment_written_ms": env_written.as_millis() as u64, "operator_requests": op_requests, "operator_requests_by_verb": op_by_verb,
-               "operator_requests_with_teardown": all_requests, "ratio": (ratio * 100.0).round() / 100.0,
-               "operator_peak_rss_mib": (rss_kib as f64 / 1024.0).round(), "teardown_ms": teardown.as_millis() as u64,
-               "transitions": transitions, "transition_requests": transition_requests, "floor_transition_requests": floor_transition_requests})
+               "operator_ms": op_time.as_millis() as u64, "environment_written_ms": env_written.as_millis() as u64, "operator_requests": all.standby, "operator_requests_by_verb": all.standby_by_verb,
+               "operator_requests_with_teardown": all.all, "ratio": round2(ratio),
+               "operator_peak_rss_mib": mib(rss_kib).round(), "teardown_ms": teardown.as_millis() as u64,
+               "transitions": transitions, "transition_requests": all.transitions, "floor_transition_requests": floor_transition_requests,
+               "shards": shards})
     );
-    // The contract's last line (issue 23).
+    // The contract's last line (issue 23); with shards, their sums (RSS, requests) and the
+    // last environment's STANDBY.
     println!(
         "{}",
         json!({"bench": "operator", "tasks": total, "floor_s": round2(floor_time.as_secs_f64()),
                "operator_s": round2(op_time.as_secs_f64()), "ratio": round2(ratio),
-               "peak_rss_mib": round2(rss_kib as f64 / 1024.0), "baseline_rss_mib": round2(baseline_kib as f64 / 1024.0),
-               "kb_per_task": round2(kb_per_task), "requests": op_requests, "floor_requests": floor_requests})
+               "peak_rss_mib": round2(mib(rss_kib)), "baseline_rss_mib": round2(mib(baseline_kib)),
+               "kb_per_task": round2(kb_a_task), "requests": all.standby, "floor_requests": floor_requests})
     );
     Ok(())
 }
 
-/// The number after the last `key` in `text`.
-fn field(text: &str, key: &str) -> Option<u64> {
-    let at = text.rfind(key)? + key.len();
-    text[at..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
 }
 
-/// The word after the first `key` in `text`.
-fn word(text: &str, key: &str) -> Option<String> {
-    let at = text.find(key)? + key.len();
-    text[at..].split_whitespace().next().map(str::to_string)
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// What each task adds to the operator(s): (peak - empty) over the tasks, KB (1,000 bytes).
+fn kb_per_task(peak_kib: u64, baseline_kib: u64, tasks: usize) -> f64 {
+    peak_kib.saturating_sub(baseline_kib) as f64 * 1024.0 / 1000.0 / tasks.max(1) as f64
+}
+
+/// One operator's share: its environment, its shard (none with one operator), its tasks.
+struct Part {
+    env: String,
+    shard: Option<String>,
+    refs: Vec<TaskRef>,
+}
+
+impl Part {
+    /// How its lines are told apart: nothing with one operator, ` (shard s0)` otherwise.
+    fn label(&self) -> String {
+        self.shard
+            .as_deref()
+            .map(|s| format!(" (shard {s})"))
+            .unwrap_or_default()
+    }
+}
+
+/// `refs` split into `shards` environments by node (whole nodes each); one: the
+/// environment `bo`, no shard.
+fn shard_parts(refs: Vec<TaskRef>, shards: usize, per_node: usize) -> Vec<Part> {
+    if shards <= 1 {
+        return vec![Part {
+            env: "bo".into(),
+            shard: None,
+            refs,
+        }];
+    }
+    let nodes = refs.len().div_ceil(per_node.max(1));
+    let chunk = nodes.div_ceil(shards) * per_node.max(1);
+    refs.chunks(chunk.max(1))
+        .enumerate()
+        .map(|(i, c)| Part {
+            env: format!("bo{i}"),
+            shard: Some(format!("s{i}")),
+            refs: c.to_vec(),
+        })
+        .collect()
+}
+
+/// Runs `f` on every part at once; each one's time to done, once all are.
+async fn all_timed<'a, F, Fut>(parts: &'a [Part], f: F) -> Res<Vec<Duration>>
+where
+    F: Fn(&'a Part) -> Fut,
+    Fut: std::future::Future<Output = Res>,
+{
+    let t = Instant::now();
+    futures::future::try_join_all(parts.iter().map(|p| {
+        let fut = f(p);
+        async move {
+            fut.await?;
+            Ok::<Duration, support::Error>(t.elapsed())
+        }
+    }))
+    .await
 }
 
 /// When the operator's objects reached their milestones, from the watches of this process:
@@ -477,20 +531,6 @@ where
             }
         }
     });
-}
-
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut esc = false;
-    for c in s.chars() {
-        match (esc, c) {
-            (false, '\u{1b}') => esc = true,
-            (true, 'm') => esc = false,
-            (true, _) => {}
-            (false, c) => out.push(c),
-        }
-    }
-    out
 }
 
 /// The bare client: the same Task, Pod and Service bodies, created directly, then one status

@@ -7,6 +7,7 @@
 pub mod drive;
 pub mod floor;
 pub mod nodemem;
+pub mod operator_proc;
 pub mod plane;
 pub mod pods;
 pub mod sims;
