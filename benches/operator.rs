@@ -26,24 +26,19 @@
 //! summed in the last line, each one's figures printed before it);
 //! BENCH_OPERATOR_WRAPPER runs the operator under a profiler (`heaptrack -o FILE`).
 
-use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envbridge::crd::{Environment, EnvironmentSpec, Task, TaskStatus, TaskTemplate};
+use envbridge::crd::{Environment, Task};
 use envbridge::launch::client::observed;
-use envbridge::operator::names::{task_annotations, task_labels};
-use envbridge::operator::pod::{PodSettings, build_pod};
 use envbridge::operator::requests::RequestCount;
-use envbridge::operator::service::build_service;
-use envbridge::operator::task_sets::build_task;
 use envbridge::plan::TaskRef;
 use envbridge::state::State;
-use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Config, ResourceExt};
+use kube::{Api, Client, Config};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -51,6 +46,7 @@ mod support;
 
 use support::drive::transition_succeeded;
 use support::floor::CYCLE;
+use support::marks::{SharedMarks, record, watch_pods, watch_tasks};
 use support::operator_proc::{OperatorProc, Requests};
 use support::sims::SimRunners;
 use support::tasks::{CLASSES, task_refs};
@@ -97,7 +93,7 @@ async fn run() -> Res {
         &log.with_extension("floor-sims"),
     )?;
     let t0 = Instant::now();
-    floor(&counted, &floor_ns, &refs, concurrency).await?;
+    support::floor::create(&counted, &floor_ns, &refs, concurrency, DISCOVERY_PORT).await?;
     let floor_time = t0.elapsed();
     let floor_requests = count.total();
     println!(
@@ -440,195 +436,6 @@ where
         }
     }))
     .await
-}
-
-/// When the operator's objects reached their milestones, from the watches of this process:
-/// the simulators' pod watch, and a metadata-only Task watch (cheap for the apiserver).
-#[derive(Default)]
-struct Marks {
-    t0: Option<Instant>,
-    total: usize,
-    marks: Vec<(&'static str, Duration)>,
-    tasks: HashSet<String>,
-    pods: HashSet<String>,
-    running: HashSet<String>,
-}
-
-type SharedMarks = Arc<std::sync::Mutex<Marks>>;
-
-impl Marks {
-    fn mark(&mut self, what: &'static str) {
-        if let Some(t0) = self.t0
-            && !self.marks.iter().any(|(w, _)| *w == what)
-        {
-            self.marks.push((what, t0.elapsed()));
-        }
-    }
-
-    fn task(&mut self, name: String) {
-        self.tasks.insert(name);
-        self.mark("first Task created");
-        if self.tasks.len() >= self.total {
-            self.mark("all Tasks created");
-        }
-    }
-
-    fn pod(&mut self, name: String, running: bool) {
-        self.pods.insert(name.clone());
-        self.mark("first Pod created");
-        if self.pods.len() >= self.total {
-            self.mark("all Pods created");
-        }
-        if running {
-            self.running.insert(name);
-            self.mark("first pod Running");
-            if self.running.len() >= self.total {
-                self.mark("all pods Running");
-            }
-        }
-    }
-}
-
-fn record(marks: &SharedMarks, f: impl FnOnce(&mut Marks)) {
-    if let Ok(mut m) = marks.lock() {
-        f(&mut m);
-    }
-}
-
-/// Feeds `marks` with the Tasks of `ns` as they appear, until cancelled.
-fn watch_tasks(client: Client, ns: String, marks: SharedMarks, stop: CancellationToken) {
-    let api = Api::<kube::core::PartialObjectMeta<Task>>::namespaced(client, &ns);
-    watch_until(api, stop, move |t| {
-        record(&marks, |m| m.task(t.metadata.name.unwrap_or_default()))
-    });
-}
-
-/// Feeds `marks` with the Pods of `ns` (created, Running) as they change, until cancelled.
-fn watch_pods(client: Client, ns: String, marks: SharedMarks, stop: CancellationToken) {
-    watch_until(Api::<Pod>::namespaced(client, &ns), stop, move |pod| {
-        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-        record(&marks, |m| m.pod(pod.name_any(), running))
-    });
-}
-
-/// Calls `on` with every object `api` reports applied, until `stop` is cancelled.
-fn watch_until<K>(api: Api<K>, stop: CancellationToken, on: impl Fn(K) + Send + 'static)
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-{
-    tokio::spawn(async move {
-        let mut w = watcher(api, Default::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        loop {
-            let next = tokio::select! {
-                _ = stop.cancelled() => return,
-                n = w.next() => n,
-            };
-            if let Some(Ok(obj)) = next {
-                on(obj);
-            }
-        }
-    });
-}
-
-/// The bare client: the same Task, Pod and Service bodies, created directly, then one status
-/// write per Task once its pod runs.
-async fn floor(client: &Client, ns: &str, refs: &[TaskRef], concurrency: usize) -> Res {
-    let templates: Api<TaskTemplate> = Api::all(client.clone());
-    let mut tmpl = BTreeMap::new();
-    for (class, _) in CLASSES {
-        tmpl.insert(class, templates.get(class).await?);
-    }
-    let owner = Environment::new("bf", EnvironmentSpec::default());
-    let settings = PodSettings {
-        home_base: "/home".into(),
-        default_user: "flp".into(),
-        fairmq_plugin_dir: "/opt/occ".into(),
-    };
-    let tasks: Api<Task> = Api::namespaced(client.clone(), ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
-    let pp = PostParams::default();
-    let t0 = Instant::now();
-    let created: Vec<Task> = stream::iter(refs.iter().cloned())
-        .map(|r| {
-            let (tasks, pods, svcs, pp, tmpl, settings) =
-                (&tasks, &pods, &svcs, &pp, &tmpl, &settings);
-            let mut owner = owner.clone();
-            owner.metadata.namespace = Some(ns.into());
-            async move {
-                let mut t = build_task(&owner, &r);
-                t.metadata.finalizers = None;
-                t.metadata.owner_references = None;
-                let t = tasks.create(pp, &t).await?;
-                let labels = task_labels("bf", &r, None);
-                let tt = &tmpl[r.class.as_str()];
-                let node = format!("{}.cluster.local", r.node);
-                let pod = build_pod(
-                    &t,
-                    &r.template,
-                    &tt.spec,
-                    &node,
-                    &labels,
-                    &task_annotations(&r),
-                    settings,
-                )?;
-                pods.create(pp, &pod).await?;
-                svcs.create(pp, &build_service(&t, &labels, DISCOVERY_PORT))
-                    .await?;
-                Ok::<Task, Box<dyn std::error::Error + Send + Sync>>(t)
-            }
-        })
-        .buffer_unordered(concurrency)
-        .try_collect()
-        .await?;
-    println!(
-        "floor: all Tasks, Pods, Services created at {:.2?}",
-        t0.elapsed()
-    );
-    // Wait (watch) until every pod runs with an IP, then write each Task's status once.
-    let mut ips: BTreeMap<String, String> = BTreeMap::new();
-    let mut w = watcher(pods.clone(), watcher::Config::default())
-        .applied_objects()
-        .boxed();
-    while ips.len() < refs.len() {
-        let pod = tokio::time::timeout(TIMEOUT, w.try_next())
-            .await??
-            .ok_or("pod watch ended")?;
-        let st = pod.status.as_ref();
-        if st.and_then(|s| s.phase.as_deref()) == Some("Running")
-            && let Some(ip) = st.and_then(|s| s.pod_ip.clone())
-        {
-            ips.insert(pod.name_any(), ip);
-        }
-    }
-    drop(w);
-    println!("floor: all pods Running at {:.2?}", t0.elapsed());
-    let ppa = PatchParams::apply("envbridge-bench-floor").force();
-    stream::iter(created)
-        .map(|t| {
-            let tasks = &tasks;
-            let ppa = &ppa;
-            let ip = ips.get(&t.name_any()).cloned();
-            async move {
-                let status = TaskStatus {
-                    state: Some(State::Standby),
-                    pod_phase: Some("Running".into()),
-                    pod_ip: ip,
-                    node_name: Some(format!("{}.cluster.local", t.spec.task.node)),
-                    ..Default::default()
-                };
-                let patch = json!({"apiVersion": "envbridge.dev/v1alpha1", "kind": "Task", "status": status});
-                tasks.patch_status(&t.name_any(), ppa, &Patch::Apply(&patch)).await?;
-                Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
-            }
-        })
-        .buffer_unordered(concurrency)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
 }
 
 async fn wait_standby(admin: &Client, ns: &str, name: &str, total: usize) -> Res {

@@ -1,4 +1,5 @@
-//! A transition done by a bare client (the operator benchmark's floor): per task the writes
+//! The operator benchmark's floor, a bare client: the same Task, Pod and Service created
+//! directly (`create`), and a transition (`transition`) with per task the writes
 //! and the call the operator makes for it: its Task's `spec.transition` (a JSON patch of that
 //! one field), the call to its process, its Task's status (state and the transition's
 //! outcome); `in_flight` tasks at once.
@@ -8,14 +9,25 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use envbridge::control::{ControlClient, TaskEndpoint};
-use envbridge::crd::{Task, TransitionPhase, TransitionRequest, TransitionStatus};
+use envbridge::crd::{
+    Environment, EnvironmentSpec, Task, TaskStatus, TaskTemplate, TransitionPhase,
+    TransitionRequest, TransitionStatus,
+};
+use envbridge::operator::names::{task_annotations, task_labels};
+use envbridge::operator::pod::{PodSettings, build_pod};
+use envbridge::operator::service::build_service;
+use envbridge::operator::task_sets::build_task;
+use envbridge::plan::TaskRef;
 use envbridge::state::{Event, State};
 use futures::{StreamExt, TryStreamExt, stream};
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::Res;
+use super::tasks::CLASSES;
 
 /// The four transitions a run takes, each with the state it starts from.
 pub const CYCLE: [(Event, State); 4] = [
@@ -98,5 +110,109 @@ async fn one(
     };
     let status = json!({"status": {"state": reached, "transition": outcome}});
     api.patch_status(&name, &pp, &Patch::Merge(&status)).await?;
+    Ok(())
+}
+
+/// The bare client: the same Task, Pod and Service bodies, created directly, then one status
+/// write per Task once its pod runs.
+pub async fn create(
+    client: &Client,
+    ns: &str,
+    refs: &[TaskRef],
+    concurrency: usize,
+    discovery_port: u16,
+) -> Res {
+    let templates: Api<TaskTemplate> = Api::all(client.clone());
+    let mut tmpl = BTreeMap::new();
+    for (class, _) in CLASSES {
+        tmpl.insert(class, templates.get(class).await?);
+    }
+    let owner = Environment::new("bf", EnvironmentSpec::default());
+    let settings = PodSettings {
+        home_base: "/home".into(),
+        default_user: "flp".into(),
+        fairmq_plugin_dir: "/opt/occ".into(),
+    };
+    let tasks: Api<Task> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
+    let pp = PostParams::default();
+    let t0 = Instant::now();
+    let created: Vec<Task> = stream::iter(refs.iter().cloned())
+        .map(|r| {
+            let (tasks, pods, svcs, pp, tmpl, settings) =
+                (&tasks, &pods, &svcs, &pp, &tmpl, &settings);
+            let mut owner = owner.clone();
+            owner.metadata.namespace = Some(ns.into());
+            async move {
+                let mut t = build_task(&owner, &r);
+                t.metadata.finalizers = None;
+                t.metadata.owner_references = None;
+                let t = tasks.create(pp, &t).await?;
+                let labels = task_labels("bf", &r, None);
+                let tt = &tmpl[r.class.as_str()];
+                let node = format!("{}.cluster.local", r.node);
+                let pod = build_pod(
+                    &t,
+                    &r.template,
+                    &tt.spec,
+                    &node,
+                    &labels,
+                    &task_annotations(&r),
+                    settings,
+                )?;
+                pods.create(pp, &pod).await?;
+                svcs.create(pp, &build_service(&t, &labels, discovery_port))
+                    .await?;
+                Ok::<Task, Box<dyn std::error::Error + Send + Sync>>(t)
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect()
+        .await?;
+    println!(
+        "floor: all Tasks, Pods, Services created at {:.2?}",
+        t0.elapsed()
+    );
+    // Wait (watch) until every pod runs with an IP, then write each Task's status once.
+    let mut ips: BTreeMap<String, String> = BTreeMap::new();
+    let mut w = watcher(pods.clone(), watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    while ips.len() < refs.len() {
+        let pod = tokio::time::timeout(super::drive::TIMEOUT, w.try_next())
+            .await??
+            .ok_or("pod watch ended")?;
+        let st = pod.status.as_ref();
+        if st.and_then(|s| s.phase.as_deref()) == Some("Running")
+            && let Some(ip) = st.and_then(|s| s.pod_ip.clone())
+        {
+            ips.insert(pod.name_any(), ip);
+        }
+    }
+    drop(w);
+    println!("floor: all pods Running at {:.2?}", t0.elapsed());
+    let ppa = PatchParams::apply("envbridge-bench-floor").force();
+    stream::iter(created)
+        .map(|t| {
+            let tasks = &tasks;
+            let ppa = &ppa;
+            let ip = ips.get(&t.name_any()).cloned();
+            async move {
+                let status = TaskStatus {
+                    state: Some(State::Standby),
+                    pod_phase: Some("Running".into()),
+                    pod_ip: ip,
+                    node_name: Some(format!("{}.cluster.local", t.spec.task.node)),
+                    ..Default::default()
+                };
+                let patch = json!({"apiVersion": "envbridge.dev/v1alpha1", "kind": "Task", "status": status});
+                tasks.patch_status(&t.name_any(), ppa, &Patch::Apply(&patch)).await?;
+                Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
     Ok(())
 }

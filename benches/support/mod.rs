@@ -6,6 +6,7 @@
 
 pub mod drive;
 pub mod floor;
+pub mod marks;
 pub mod nodemem;
 pub mod operator_proc;
 pub mod plane;
