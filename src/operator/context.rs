@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use dashmap::{DashMap, DashSet};
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Client;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -70,7 +70,7 @@ pub struct Ctx {
     pub tasks: Store<Task>,
     /// The Task store's names by environment (fed by the same watch).
     pub task_index: Arc<super::task_index::TaskIndex>,
-    pub pods: Store<Pod>,
+    pub pods: Store<super::stored_pod::StoredPod>,
     pub services: Store<Service>,
     pub nodes: Store<Node>,
     pub templates: Store<TaskTemplate>,

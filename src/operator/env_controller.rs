@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -18,6 +18,7 @@ use tracing::{debug, info, warn};
 
 use super::aggregate::aggregate;
 use super::context::{Ctx, TASK_DELETION};
+use super::stored_pod::StoredPod;
 use super::task_sets::{
     ENV_FINALIZER, SetProblem, TaskWrites, build_task, collect_tasks, task_writes,
 };
@@ -847,7 +848,9 @@ async fn finalize(env: &Environment, ctx: &Ctx) -> Result<Action> {
         .pods
         .state()
         .iter()
-        .filter(|p: &&Arc<Pod>| p.namespace().as_deref() == Some(ns.as_str()) && of_env(p.labels()))
+        .filter(|p: &&Arc<StoredPod>| {
+            p.namespace().as_deref() == Some(ns.as_str()) && of_env(p.labels())
+        })
         .count();
     let svcs = ctx
         .services

@@ -28,6 +28,7 @@ pub mod requests;
 pub mod runtime;
 pub mod service;
 pub mod status_pace;
+pub mod stored_pod;
 pub mod task_controller;
 pub mod task_index;
 pub mod task_sets;

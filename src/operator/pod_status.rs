@@ -1,6 +1,8 @@
 //! What a Pod says about its task: phase, IP, and failures detected early. Pure.
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::ContainerStatus;
+
+use super::stored_pod::StoredPod;
 
 /// Waiting reasons that will not resolve on their own: reported at once, not after a timeout.
 const FATAL_WAITING: [&str; 8] = [
@@ -28,7 +30,7 @@ pub struct PodView {
     pub held: Option<String>,
 }
 
-pub fn observe(pod: &Pod) -> PodView {
+pub fn observe(pod: &StoredPod) -> PodView {
     let status = pod.status.as_ref();
     let phase = status
         .and_then(|s| s.phase.clone())
@@ -57,7 +59,7 @@ pub fn observe(pod: &Pod) -> PodView {
 }
 
 /// The pod's `PodScheduled=False` condition, said as "Reason: message".
-fn unscheduled(pod: &Pod) -> Option<String> {
+fn unscheduled(pod: &StoredPod) -> Option<String> {
     let c = pod
         .status
         .as_ref()?
@@ -125,7 +127,7 @@ fn container_failure(c: &ContainerStatus) -> Option<String> {
     None
 }
 
-fn phase_failure(pod: &Pod) -> String {
+fn phase_failure(pod: &StoredPod) -> String {
     let s = pod.status.as_ref();
     let reason = s.and_then(|s| s.reason.as_deref()).unwrap_or("");
     let message = s.and_then(|s| s.message.as_deref()).unwrap_or("");
@@ -145,8 +147,8 @@ mod tests {
 
     use super::*;
 
-    fn pod(phase: &str, containers: Vec<ContainerStatus>) -> Pod {
-        Pod {
+    fn pod(phase: &str, containers: Vec<ContainerStatus>) -> StoredPod {
+        StoredPod {
             status: Some(PodStatus {
                 phase: Some(phase.into()),
                 pod_ip: Some("127.1.0.5".into()),

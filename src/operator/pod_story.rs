@@ -1,7 +1,9 @@
 //! What a failed or stuck pod tells about its task: the container's termination message and
 //! the pod's Warning events, bounded so that a mass failure still fits in the status.
 
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Event;
+
+use super::stored_pod::StoredPod;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
@@ -31,7 +33,7 @@ fn head(s: &str, max: usize) -> String {
 }
 
 /// The termination message of the pod's first container that has one.
-pub fn termination_message(pod: &Pod) -> Option<String> {
+pub fn termination_message(pod: &StoredPod) -> Option<String> {
     pod.status
         .as_ref()?
         .container_statuses
@@ -43,7 +45,7 @@ pub fn termination_message(pod: &Pod) -> Option<String> {
 }
 
 /// Why a pod is not scheduled or not started, from its conditions (e.g. PodScheduled False).
-pub fn pending_reasons(pod: &Pod) -> Vec<String> {
+pub fn pending_reasons(pod: &StoredPod) -> Vec<String> {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -72,7 +74,7 @@ pub fn event_lines(mut events: Vec<(String, String, String)>) -> Vec<String> {
 }
 
 /// The pod's Warning events (one list call, made only when a task fails).
-pub async fn warning_events(client: &Client, pod: &Pod) -> Vec<String> {
+pub async fn warning_events(client: &Client, pod: &StoredPod) -> Vec<String> {
     let ns = pod.namespace().unwrap_or_default();
     let api: Api<Event> = Api::namespaced(client.clone(), &ns);
     let mut fields = format!("involvedObject.name={},type=Warning", pod.name_any());

@@ -8,7 +8,7 @@ use std::time::Duration;
 use dashmap::{DashMap, DashSet};
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, controller, watcher};
@@ -22,6 +22,7 @@ use tracing::{info, warn};
 use super::context::Ctx;
 use super::control_api::ControlClient;
 use super::metrics::{self, Metrics, Sample, Sampler};
+use super::stored_pod::StoredPod;
 use super::trim;
 use super::{OperatorArgs, Result, env_controller, task_controller};
 use crate::crd::{Environment, Task, TaskSet, TaskTemplate, labels};
@@ -167,7 +168,11 @@ pub async fn run_controllers(
     let sharded = watcher::Config::default().labels(&shard).any_semantic();
 
     let (tasks, task_stream) = reflect(scoped::<Task>(&client, ns), managed.clone(), trim::keep);
-    let (pods, pod_stream) = reflect(scoped::<Pod>(&client, ns), managed.clone(), trim::pod);
+    let (pods, pod_stream) = reflect(
+        scoped::<StoredPod>(&client, ns),
+        managed.clone(),
+        trim::keep,
+    );
     let (services, svc_stream) = reflect(
         scoped::<Service>(&client, ns),
         managed.clone(),

@@ -25,6 +25,7 @@ use super::pod::build_pod;
 use super::pod_status::{PodView, observe};
 use super::pod_story;
 use super::service::{build_service, service_matches};
+use super::stored_pod::StoredPod;
 use super::task_sets::TASK_FINALIZER;
 use super::task_step::{self, Next, PodSeen, Seen};
 use super::transition_args;
@@ -234,7 +235,7 @@ async fn live_pod(
     step: &mut Step,
     decided: Next,
     seen: &Seen,
-    pod: Arc<Pod>,
+    pod: Arc<StoredPod>,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> Result<()> {
     let ns = task.namespace().unwrap_or_default();
@@ -324,7 +325,7 @@ fn observe_task(
     ctx: &Ctx,
     st: &TaskStatus,
     task_uid: &str,
-) -> (Seen, Option<Arc<Pod>>) {
+) -> (Seen, Option<Arc<StoredPod>>) {
     let ns = task.namespace().unwrap_or_default();
     let pod = ctx.pods.get(&ObjectRef::new(&task.name_any()).within(&ns));
     let pod_seen = match &pod {
@@ -359,7 +360,7 @@ async fn process_failed(
     ctx: &Ctx,
     st: &mut TaskStatus,
     step: &mut Step,
-    pod: &Pod,
+    pod: &StoredPod,
     failure: String,
     view: &PodView,
 ) {
@@ -402,7 +403,7 @@ async fn startup_failed(
     ctx: &Ctx,
     st: &mut TaskStatus,
     step: &mut Step,
-    pod: &Pod,
+    pod: &StoredPod,
     view: &PodView,
 ) {
     let limit = ctx.args.startup_timeout_seconds;
@@ -440,7 +441,7 @@ async fn control(
     ctx: &Ctx,
     st: &mut TaskStatus,
     step: &mut Step,
-    pod: &Pod,
+    pod: &StoredPod,
     ip: IpAddr,
 ) {
     let tref = &task.spec.task;
@@ -609,7 +610,7 @@ async fn drive_hook(
     ctx: &Ctx,
     st: &mut TaskStatus,
     step: &mut Step,
-    pod: Option<&Pod>,
+    pod: Option<&StoredPod>,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> Result<()> {
     let ns = task.namespace().unwrap_or_default();
@@ -622,7 +623,7 @@ async fn drive_hook(
         .transition
         .as_ref()
         .filter(|r| st.transition.as_ref().map(|t| &t.id) != Some(&r.id));
-    let run_of = |p: &Pod| p.annotations().get(HOOK_RUN).cloned();
+    let run_of = |p: &StoredPod| p.annotations().get(HOOK_RUN).cloned();
     // A bad trigger/await is reported here (the gate never starts such a hook); it also
     // answers a pending transition as failed.
     let bad = hooks::parse_moment("trigger", trigger).err().or_else(|| {
@@ -840,7 +841,7 @@ fn awaiting_store(ctx: &Ctx, what: &'static str, task_uid: &str) -> Option<Durat
     ctx.awaiting_store(what, task_uid)
 }
 
-fn pod_age(pod: &Pod) -> Duration {
+fn pod_age(pod: &StoredPod) -> Duration {
     match pod.metadata.creation_timestamp.as_ref() {
         Some(t) => {
             Duration::try_from(jiff::Timestamp::now().duration_since(t.0)).unwrap_or_default()
@@ -849,7 +850,7 @@ fn pod_age(pod: &Pod) -> Duration {
     }
 }
 
-fn running_for(pod: &Pod) -> Duration {
+fn running_for(pod: &StoredPod) -> Duration {
     let started = pod
         .status
         .as_ref()
@@ -1156,7 +1157,7 @@ pub fn take_out_events(from: State) -> &'static [Event] {
 
 /// Before a live task's pod is deleted, its process goes out in order, bounded by the
 /// shutdown timeout; a refusal or the timeout only ends the attempt (the pod goes anyway).
-async fn take_out(task: &Task, ctx: &Ctx, pod: &Pod) {
+async fn take_out(task: &Task, ctx: &Ctx, pod: &StoredPod) {
     let tref = &task.spec.task;
     if !matches!(tref.control_mode, ControlMode::Direct | ControlMode::Fairmq) {
         return;
@@ -1196,7 +1197,7 @@ async fn take_out(task: &Task, ctx: &Ctx, pod: &Pod) {
 }
 
 /// What the Task's status shows of its pod: phase, IP and node.
-fn record_pod(st: &mut TaskStatus, view: &PodView, pod: &Pod) {
+fn record_pod(st: &mut TaskStatus, view: &PodView, pod: &StoredPod) {
     st.pod_phase = Some(view.phase.clone());
     st.pod_ip = view.ip.clone();
     st.node_name = pod
