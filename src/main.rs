@@ -7,7 +7,7 @@ mod cli;
 // Rendering and the watches allocate many small objects; mimalloc serves them faster than
 // the system allocator (docs/benchmarks.md, Render). The `system-allocator` feature keeps the
 // C allocator, which heap profilers (heaptrack) see: for profiles only. Built without its
-// transparent huge pages (Cargo.toml, `no_thp`): they cost the operator a third of its RSS.
+// transparent huge pages (Cargo.toml, `no_thp`): they were a fifth of the operator's RSS.
 #[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -13,6 +13,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use super::OperatorArgs;
 use super::control_api::ControlClient;
 use super::pod::PodSettings;
+use super::stored_pod::StoredPod;
 use crate::crd::{Task, TaskSet, TaskTemplate};
 
 /// A transition's answer as this operator recorded it.
@@ -70,7 +71,7 @@ pub struct Ctx {
     pub tasks: Store<Task>,
     /// The Task store's names by environment (fed by the same watch).
     pub task_index: Arc<super::task_index::TaskIndex>,
-    pub pods: Store<super::stored_pod::StoredPod>,
+    pub pods: Store<StoredPod>,
     pub services: Store<Service>,
     pub nodes: Store<Node>,
     pub templates: Store<TaskTemplate>,

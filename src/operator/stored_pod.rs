@@ -42,7 +42,8 @@ impl k8s_openapi::Metadata for StoredPod {
     }
 }
 
-/// What the store would hold of `pod` (tests build Pods with k8s-openapi's type).
+/// What the store would hold of `pod` (the decoding test compares against it).
+#[cfg(test)]
 impl From<Pod> for StoredPod {
     fn from(pod: Pod) -> StoredPod {
         StoredPod {
