@@ -81,9 +81,11 @@ async fn run() -> Res {
     let refs = task_refs("bf", nodes, per_node);
     let count = Arc::new(RequestCount::default());
     let kc = kube::config::Kubeconfig::read_from(&info.kubeconfig)?;
+    // The floor is bounded by its own concurrency only, as before the operator's bound.
     let counted = observed(
         Config::from_custom_kubeconfig(kc, &Default::default()).await?,
         count.clone(),
+        tokio::sync::Semaphore::MAX_PERMITS,
     )?;
     let log = std::env::temp_dir().join(format!("envbridge-bench-operator-{suffix}.log"));
     let floor_sims = SimRunners::start(

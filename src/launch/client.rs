@@ -18,6 +18,8 @@ use tower::BoxError;
 use tower::buffer::BufferLayer;
 use tower::retry::{Policy, RetryLayer};
 
+use super::in_flight::{IN_FLIGHT, InFlightLayer};
+
 /// What a process learns of its apiserver traffic.
 pub trait Observe: Send + Sync + 'static {
     /// One request about to be sent (once, however often the retry re-sends it).
@@ -118,18 +120,21 @@ impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for SeeThrottled {
 }
 
 /// A client from `config` whose requests and throttled answers (429, then retried) the
-/// observer sees.
+/// observer sees, with at most `in_flight` requests awaiting their answer at once.
 pub fn observed(
     mut config: kube::Config,
     observer: Arc<dyn Observe>,
+    in_flight: usize,
 ) -> Result<kube::Client, kube::Error> {
     // The same retry as kube's default (throttling is honoured, Retry-After, never turned
     // into a failure), moved out here so that the 429s it absorbs are seen. Retry needs a
-    // clonable service: a buffer in front of the boxed stack.
+    // clonable service: a buffer in front of the boxed stack. Between them, the bound on
+    // requests in flight (one connection each).
     config.default_retry = false;
     let builder = ClientBuilder::try_from(config)?;
     Ok(builder
         .with_layer(&BufferLayer::new(1024))
+        .with_layer(&InFlightLayer::new(in_flight))
         .with_layer(&RetryLayer::new(SeeThrottled::new(observer.clone())))
         .with_layer(&ObserveLayer(observer))
         .build())
@@ -147,6 +152,7 @@ pub fn counted(
             requests,
             throttled,
         }),
+        IN_FLIGHT,
     )
 }
 

@@ -4,6 +4,7 @@
 //! one leader election, and the one apiserver client ([`client`]).
 
 pub mod client;
+pub mod in_flight;
 pub mod lease;
 pub mod legacy_env;
 pub mod logging;

@@ -29,7 +29,8 @@ pub fn run_cli(args: OperatorArgs) -> std::process::ExitCode {
             .await
             .map_err(|e| Error::Config(e.to_string()))?;
         let count = Arc::new(RequestCount::default());
-        let client = launch::client::observed(config, count.clone()).map_err(Error::Client)?;
+        let client = launch::client::observed(config, count.clone(), args.apiserver_in_flight)
+            .map_err(Error::Client)?;
         let shutdown = CancellationToken::new();
         let s = shutdown.clone();
         tokio::spawn(async move {

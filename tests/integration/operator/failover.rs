@@ -76,8 +76,11 @@ async fn a_failover_disturbs_no_task_and_the_standby_follows_every_task() -> Res
 
     // The standby, in this process, with its requests counted from its start.
     let count = Arc::new(RequestCount::default());
-    let client =
-        envbridge::launch::client::observed(operator_config(&fx.kubeconfig).await?, count.clone())?;
+    let client = envbridge::launch::client::observed(
+        operator_config(&fx.kubeconfig).await?,
+        count.clone(),
+        envbridge::launch::in_flight::IN_FLIGHT,
+    )?;
     let metrics = Arc::new(Metrics::new(count.clone()));
     let mut a = args(&fx.ns, Some(&lease));
     a.lease.identity = Some("b".into());

@@ -40,7 +40,11 @@ async fn the_operator_serves_its_reconciles_and_leadership_on_its_own_listener()
     let fx = fixture("probes").await?;
     let count = Arc::new(RequestCount::default());
     let config = operator_config(&fx.kubeconfig).await?;
-    let client = envbridge::launch::client::observed(config, count.clone())?;
+    let client = envbridge::launch::client::observed(
+        config,
+        count.clone(),
+        envbridge::launch::in_flight::IN_FLIGHT,
+    )?;
     let metrics = Arc::new(Metrics::new(count));
     let stop = CancellationToken::new();
     let (addr, served) = envbridge::operator::http::listen(

@@ -43,8 +43,11 @@ async fn deploy(fx: &Fixture, name: &str, tasks: &[TaskRef], shard: Option<&str>
 /// An operator of `shard` (no leader election), with its metrics to read its stores' counts.
 async fn start(fx: &Fixture, shard: Option<&str>) -> Res<(Running, Arc<Metrics>)> {
     let count = Arc::new(RequestCount::default());
-    let client =
-        envbridge::launch::client::observed(operator_config(&fx.kubeconfig).await?, count.clone())?;
+    let client = envbridge::launch::client::observed(
+        operator_config(&fx.kubeconfig).await?,
+        count.clone(),
+        envbridge::launch::in_flight::IN_FLIGHT,
+    )?;
     let metrics = Arc::new(Metrics::new(count));
     let mut a = args(&fx.ns, None);
     a.shard = shard.map(String::from);
