@@ -55,12 +55,33 @@ impl Answer {
     /// Whether this answer stands for `stored` (the Task status the watch store shows): the
     /// store is behind it. A reconcile woken by a spec change made while the previous
     /// transition was being answered sees the status from before that answer; it must start
-    /// from the answer, not send a step again nor judge against the old state.
+    /// from the answer, not send a step again nor judge against the old state. Before any
+    /// transition, the process's first answer (its state read once its pod runs) stands for
+    /// a stored status that has no state yet: a reconcile woken meanwhile (the pod's or the
+    /// Service's event) neither asks the process again nor writes the same answer twice.
     pub fn is_ahead_of(&self, stored: Option<&crate::crd::TaskStatus>) -> bool {
         let shown = stored.and_then(|s| s.transition.as_ref()).map(|t| &t.id);
         let mine = self.status.transition.as_ref().map(|t| &t.id);
-        shown != mine && self.follows.iter().any(|f| f.as_ref() == shown)
+        if shown == mine {
+            return mine.is_none() && has_answer(Some(&self.status)) && !has_answer(stored);
+        }
+        self.follows.iter().any(|f| f.as_ref() == shown)
     }
+
+    /// Whether `stored` shows this answer, written: the store has caught up and is the truth
+    /// again, so the answer need not be kept.
+    pub fn is_shown_by(&self, stored: Option<&crate::crd::TaskStatus>) -> bool {
+        let shown = stored.and_then(|s| s.transition.as_ref()).map(|t| &t.id);
+        self.written
+            && shown == self.status.transition.as_ref().map(|t| &t.id)
+            && stored.and_then(|s| s.state) == self.status.state
+    }
+}
+
+/// A status that records the process's (or the task's failed) state, not only its deployment.
+fn has_answer(st: Option<&crate::crd::TaskStatus>) -> bool {
+    use crate::state::State;
+    !matches!(st.and_then(|s| s.state), None | Some(State::Deploying))
 }
 
 /// Everything a reconcile reads: stores fed by watches (never a GET per reconcile).
@@ -184,6 +205,39 @@ mod tests {
         );
         assert!(first.is_ahead_of(Some(&TaskStatus::default())));
         assert!(first.is_ahead_of(None));
+    }
+
+    #[test]
+    fn the_first_answer_stands_for_a_status_without_one_until_shown() {
+        let answer = |state: Option<State>| TaskStatus {
+            state,
+            ..Default::default()
+        };
+        let deploying = answer(Some(State::Deploying));
+        let mut first = Answer::after(answer(Some(State::Standby)), &deploying, None);
+        assert!(first.is_ahead_of(None));
+        assert!(first.is_ahead_of(Some(&deploying)));
+        // Shown: the store is the truth again, and the answer may go once written.
+        assert!(!first.is_ahead_of(Some(&first.status.clone())));
+        assert!(
+            !first.is_shown_by(Some(&first.status.clone())),
+            "not written yet"
+        );
+        first.written = true;
+        assert!(first.is_shown_by(Some(&first.status.clone())));
+        assert!(!first.is_shown_by(Some(&deploying)));
+        // A stored answer of its own (another operator's) is not overridden.
+        assert!(!first.is_ahead_of(Some(&answer(Some(State::Error)))));
+        // A status without an answer is no answer to stand for.
+        let quiet = Answer::after(deploying.clone(), &TaskStatus::default(), None);
+        assert!(!quiet.is_ahead_of(None));
+        // Transitions keep their own rule: the same transition shown is not behind.
+        let c = status(State::Configured, "c", Event::Configure);
+        let mut later = Answer::after(c.clone(), &c, None);
+        later.status.state = Some(State::Error);
+        assert!(!later.is_ahead_of(Some(&c)));
+        later.written = true;
+        assert!(!later.is_shown_by(Some(&c)), "another state: not shown");
     }
 
     #[test]
