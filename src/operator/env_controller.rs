@@ -849,7 +849,8 @@ async fn finalize(env: &Environment, ctx: &Ctx) -> Result<Action> {
         .state()
         .iter()
         .filter(|p: &&Arc<StoredPod>| {
-            p.namespace().as_deref() == Some(ns.as_str()) && of_env(p.labels())
+            p.namespace().as_deref() == Some(ns.as_str())
+                && p.environment.as_deref() == Some(env_label.as_str())
         })
         .count();
     let svcs = ctx

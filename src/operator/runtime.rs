@@ -167,7 +167,7 @@ pub async fn run_controllers(
     let plain = watcher::Config::default().any_semantic();
     let sharded = watcher::Config::default().labels(&shard).any_semantic();
 
-    let (tasks, task_stream) = reflect(scoped::<Task>(&client, ns), managed.clone(), trim::keep);
+    let (tasks, task_stream) = reflect(scoped::<Task>(&client, ns), managed.clone(), trim::task);
     let (pods, pod_stream) = reflect(scoped::<StoredPod>(&client, ns), managed.clone(), trim::pod);
     let (services, svc_stream) = reflect(
         scoped::<Service>(&client, ns),

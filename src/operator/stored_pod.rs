@@ -10,8 +10,12 @@ use serde::Deserialize;
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct StoredPod {
+    /// Its labels are not kept (`trim::pod`): a map of one label is a 544-byte tree node.
     #[serde(default)]
     pub metadata: ObjectMeta,
+    /// The `envbridge.dev/environment` label's value, the one label read of a stored Pod.
+    #[serde(skip)]
+    pub environment: Option<String>,
     pub spec: Option<StoredPodSpec>,
     pub status: Option<PodStatus>,
 }
@@ -48,6 +52,7 @@ impl From<Pod> for StoredPod {
     fn from(pod: Pod) -> StoredPod {
         StoredPod {
             metadata: pod.metadata,
+            environment: None,
             spec: pod.spec.map(|s| StoredPodSpec {
                 node_name: s.node_name,
             }),
