@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use dashmap::{DashMap, DashSet};
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -14,6 +14,7 @@ use super::OperatorArgs;
 use super::control_api::ControlClient;
 use super::pod::PodSettings;
 use super::stored_pod::StoredPod;
+use super::stored_service::StoredService;
 use crate::crd::{Task, TaskSet, TaskTemplate};
 
 /// A transition's answer as this operator recorded it.
@@ -93,7 +94,7 @@ pub struct Ctx {
     /// The Task store's names by environment (fed by the same watch).
     pub task_index: Arc<super::task_index::TaskIndex>,
     pub pods: Store<StoredPod>,
-    pub services: Store<Service>,
+    pub services: Store<StoredService>,
     pub nodes: Store<Node>,
     pub templates: Store<TaskTemplate>,
     pub task_sets: Store<TaskSet>,

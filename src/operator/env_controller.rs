@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -19,6 +18,7 @@ use tracing::{debug, info, warn};
 use super::aggregate::aggregate;
 use super::context::{Ctx, TASK_DELETION};
 use super::stored_pod::StoredPod;
+use super::stored_service::StoredService;
 use super::task_sets::{
     ENV_FINALIZER, SetProblem, TaskWrites, build_task, collect_tasks, task_writes,
 };
@@ -26,7 +26,7 @@ use super::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
 use super::{calls, hooks, status_pace};
 use crate::crd::{
     Environment, EnvironmentStatus, Task, TaskSet, TransitionPhase, TransitionRequest,
-    TransitionStatus, labels,
+    TransitionStatus,
 };
 use crate::model::digest::tasks_digest;
 use crate::model::label::label_value;
@@ -817,9 +817,6 @@ async fn finalize(env: &Environment, ctx: &Ctx) -> Result<Action> {
         });
     }
     let env_label = label_value(&name);
-    let of_env = |l: &std::collections::BTreeMap<String, String>| {
-        l.get(labels::ENVIRONMENT) == Some(&env_label)
-    };
     let tasks: Vec<Arc<Task>> = ctx.tasks_of(&ns, &name);
     let task_api: Api<Task> = Api::namespaced(ctx.client.clone(), &ns);
     // Each Task deleted once: one whose deletion the store does not show yet (lag) is not
@@ -857,8 +854,9 @@ async fn finalize(env: &Environment, ctx: &Ctx) -> Result<Action> {
         .services
         .state()
         .iter()
-        .filter(|s: &&Arc<Service>| {
-            s.namespace().as_deref() == Some(ns.as_str()) && of_env(s.labels())
+        .filter(|s: &&Arc<StoredService>| {
+            s.namespace().as_deref() == Some(ns.as_str())
+                && s.environment.as_deref() == Some(env_label.as_str())
         })
         .count();
     if !tasks.is_empty() || pods > 0 || svcs > 0 {

@@ -29,6 +29,7 @@ pub mod runtime;
 pub mod service;
 pub mod status_pace;
 pub mod stored_pod;
+pub mod stored_service;
 pub mod task_controller;
 pub mod task_index;
 pub mod task_sets;

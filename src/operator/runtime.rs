@@ -8,7 +8,7 @@ use std::time::Duration;
 use dashmap::{DashMap, DashSet};
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, controller, watcher};
@@ -23,6 +23,7 @@ use super::context::Ctx;
 use super::control_api::ControlClient;
 use super::metrics::{self, Metrics, Sample, Sampler};
 use super::stored_pod::StoredPod;
+use super::stored_service::StoredService;
 use super::trim;
 use super::{OperatorArgs, Result, env_controller, task_controller};
 use crate::crd::{Environment, Task, TaskSet, TaskTemplate, labels};
@@ -170,7 +171,7 @@ pub async fn run_controllers(
     let (tasks, task_stream) = reflect(scoped::<Task>(&client, ns), managed.clone(), trim::task);
     let (pods, pod_stream) = reflect(scoped::<StoredPod>(&client, ns), managed.clone(), trim::pod);
     let (services, svc_stream) = reflect(
-        scoped::<Service>(&client, ns),
+        scoped::<StoredService>(&client, ns),
         managed.clone(),
         trim::service,
     );

@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
 use super::names::service_name;
+use super::stored_service::StoredService;
 use crate::crd::{Task, labels as keys};
 
 /// The Service port's name, so clients can look it up without knowing the number.
@@ -48,12 +49,10 @@ pub fn build_service(
 }
 
 /// True when `svc` already has the shape `build_service` would give it (no write needed).
-pub fn service_matches(svc: &Service, discovery_port: u16) -> bool {
+pub fn service_matches(svc: &StoredService, discovery_port: u16) -> bool {
     svc.spec.as_ref().is_some_and(|s| {
         s.cluster_ip.as_deref() == Some("None")
-            && s.ports
-                .as_ref()
-                .is_some_and(|p| p.len() == 1 && p[0].port == i32::from(discovery_port))
+            && matches!(s.ports.as_slice(), [p] if p.port == i32::from(discovery_port))
     })
 }
 
@@ -89,7 +88,10 @@ mod tests {
         let sel = spec.selector.as_ref().unwrap();
         assert_eq!(sel.len(), 2);
         assert_eq!(sel["envbridge.dev/task"], "1abc-readout");
-        assert!(service_matches(&svc, 47999));
-        assert!(!service_matches(&svc, 47998));
+        // As the store decodes it.
+        let stored: StoredService =
+            serde_json::from_value(serde_json::to_value(&svc).unwrap()).unwrap();
+        assert!(service_matches(&stored, 47999));
+        assert!(!service_matches(&stored, 47998));
     }
 }

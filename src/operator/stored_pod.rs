@@ -27,24 +27,34 @@ pub struct StoredPodSpec {
     pub node_name: Option<String>,
 }
 
-impl k8s_openapi::Resource for StoredPod {
-    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = <Pod as k8s_openapi::Resource>::Scope;
-}
+/// The apiserver's kind, plural and URLs of `$api` for `$stored`, a type of the operator's
+/// own that the store decodes it into (with a `metadata: ObjectMeta` field).
+macro_rules! stored_as {
+    ($stored:ty, $api:ty) => {
+        impl k8s_openapi::Resource for $stored {
+            const API_VERSION: &'static str = <$api as k8s_openapi::Resource>::API_VERSION;
+            const GROUP: &'static str = <$api as k8s_openapi::Resource>::GROUP;
+            const KIND: &'static str = <$api as k8s_openapi::Resource>::KIND;
+            const VERSION: &'static str = <$api as k8s_openapi::Resource>::VERSION;
+            const URL_PATH_SEGMENT: &'static str =
+                <$api as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+            type Scope = <$api as k8s_openapi::Resource>::Scope;
+        }
 
-impl k8s_openapi::Metadata for StoredPod {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+        impl k8s_openapi::Metadata for $stored {
+            type Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+            fn metadata(&self) -> &Self::Ty {
+                &self.metadata
+            }
+            fn metadata_mut(&mut self) -> &mut Self::Ty {
+                &mut self.metadata
+            }
+        }
+    };
 }
+pub(crate) use stored_as;
+
+stored_as!(StoredPod, Pod);
 
 /// What the store would hold of `pod` (the decoding test compares against it).
 #[cfg(test)]

@@ -2,11 +2,11 @@
 //! are decoded into a type of their own first: `stored_pod`.)
 //! Applied to every watch event before the store sees it.
 
-use k8s_openapi::api::core::v1::{
-    ContainerStatus, Node, NodeSpec, PodCondition, PodStatus, Service, ServiceSpec,
-};
+use k8s_openapi::api::core::v1::{ContainerStatus, Node, NodeSpec, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::stored_pod::StoredPod;
+use super::stored_service::StoredService;
 use super::task_controller::HOOK_RUN;
 use crate::crd::Task;
 use crate::crd::labels::ENVIRONMENT;
@@ -26,7 +26,7 @@ pub fn task(t: &mut Task) {
 /// fine (its met conditions and their times, images, IPs, QoS, running containers): for
 /// 10,000 pods that is megabytes nobody reads.
 pub fn pod(p: &mut StoredPod) {
-    p.environment = (p.metadata.labels.take()).and_then(|mut l| l.remove(ENVIRONMENT));
+    p.environment = take_environment(&mut p.metadata);
     if let Some(a) = p.metadata.annotations.as_mut() {
         a.retain(|k, _| k == HOOK_RUN);
         if a.is_empty() {
@@ -67,25 +67,16 @@ pub fn pod(p: &mut StoredPod) {
     });
 }
 
-/// Of a Pod's or Service's labels, the environment's (the teardown counts them by it; the
-/// watches select by the others on the server, and the controllers map events to Tasks by
-/// owner reference).
-fn environment_label_only(labels: &mut Option<std::collections::BTreeMap<String, String>>) {
-    if let Some(l) = labels.as_mut() {
-        l.retain(|k, _| k == ENVIRONMENT);
-    }
+/// The environment label's value, the labels dropped: the one label read of a stored Pod or
+/// Service (the teardown counts them by it; the watches select by the others on the server,
+/// and the controllers map events to Tasks by owner reference).
+fn take_environment(meta: &mut ObjectMeta) -> Option<String> {
+    meta.labels.take().and_then(|mut l| l.remove(ENVIRONMENT))
 }
 
-/// A Service: its environment label, whether it is headless, and its ports.
-pub fn service(s: &mut Service) {
-    environment_label_only(&mut s.metadata.labels);
-    let spec = s.spec.take().unwrap_or_default();
-    s.spec = Some(ServiceSpec {
-        cluster_ip: spec.cluster_ip,
-        ports: spec.ports,
-        ..ServiceSpec::default()
-    });
-    s.status = None;
+/// A Service: its environment (as a field); its spec is decoded to what is read.
+pub fn service(s: &mut StoredService) {
+    s.environment = take_environment(&mut s.metadata);
 }
 
 /// A Node: its name and labels (placement reads nothing else).
@@ -218,10 +209,9 @@ mod tests {
     }
 
     #[test]
-    fn services_keep_what_service_matches_reads() {
-        use k8s_openapi::api::core::v1::ServicePort;
-        let mut s = Service {
-            metadata: kube::api::ObjectMeta {
+    fn services_keep_their_environment_as_a_field() {
+        let mut s = StoredService {
+            metadata: ObjectMeta {
                 labels: Some(
                     [
                         (ENVIRONMENT.to_string(), "bo".to_string()),
@@ -231,22 +221,10 @@ mod tests {
                 ),
                 ..Default::default()
             },
-            spec: Some(ServiceSpec {
-                cluster_ip: Some("None".into()),
-                ports: Some(vec![ServicePort {
-                    port: 47000,
-                    ..Default::default()
-                }]),
-                selector: Some([("a".to_string(), "b".to_string())].into()),
-                session_affinity: Some("None".into()),
-                ..Default::default()
-            }),
             ..Default::default()
         };
-        assert!(crate::operator::service::service_matches(&s, 47000));
         service(&mut s);
-        assert!(crate::operator::service::service_matches(&s, 47000));
-        assert!(s.spec.as_ref().unwrap().selector.is_none());
-        assert_eq!(s.metadata.labels.as_ref().map(|l| l.len()), Some(1));
+        assert_eq!(s.environment.as_deref(), Some("bo"));
+        assert!(s.metadata.labels.is_none());
     }
 }
