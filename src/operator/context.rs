@@ -70,12 +70,12 @@ impl Answer {
     }
 
     /// Whether `stored` shows this answer, written: the store has caught up and is the truth
-    /// again, so the answer need not be kept.
+    /// again, so the answer need not be kept. The whole transition (its phase too: a step of
+    /// a sequence under way is not its end) and the state must match.
     pub fn is_shown_by(&self, stored: Option<&crate::crd::TaskStatus>) -> bool {
-        let shown = stored.and_then(|s| s.transition.as_ref()).map(|t| &t.id);
-        self.written
-            && shown == self.status.transition.as_ref().map(|t| &t.id)
-            && stored.and_then(|s| s.state) == self.status.state
+        stored.is_some_and(|s| {
+            self.written && s.transition == self.status.transition && s.state == self.status.state
+        })
     }
 }
 
@@ -239,6 +239,15 @@ mod tests {
         assert!(!later.is_ahead_of(Some(&c)));
         later.written = true;
         assert!(!later.is_shown_by(Some(&c)), "another state: not shown");
+        // The same transition and state, another phase (a sequence's step, then its end).
+        let mut ended = Answer::after(c.clone(), &c, None);
+        ended.written = true;
+        let mut under_way = c.clone();
+        if let Some(t) = under_way.transition.as_mut() {
+            t.phase = TransitionPhase::Running;
+        }
+        assert!(!ended.is_shown_by(Some(&under_way)));
+        assert!(ended.is_shown_by(Some(&c)));
     }
 
     #[test]
