@@ -120,7 +120,7 @@ impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for SeeThrottled {
 }
 
 /// A client from `config` whose requests and throttled answers (429, then retried) the
-/// observer sees, with at most `in_flight` requests awaiting their answer at once.
+/// observer sees, with at most `in_flight` requests in flight at once ([`InFlightLayer`]).
 pub fn observed(
     mut config: kube::Config,
     observer: Arc<dyn Observe>,

@@ -23,8 +23,8 @@ pub struct OperatorArgs {
     /// Environments reconciled at once; 0 = unbounded.
     #[arg(long, env = "ENVBRIDGE_ENV_CONCURRENCY", default_value_t = 8)]
     pub env_concurrency: u16,
-    /// Apiserver requests awaiting their answer at once, at most (each holds one HTTP/1.1
-    /// connection while it waits; watches hold theirs without counting).
+    /// Apiserver requests in flight at once, at most, each until its answer is read whole
+    /// (one HTTP/1.1 connection each); watches and followed logs take no place.
     #[arg(long, env = "ENVBRIDGE_APISERVER_IN_FLIGHT", default_value_t = crate::launch::in_flight::IN_FLIGHT)]
     pub apiserver_in_flight: usize,
     /// Task object writes in flight per environment reconcile.

@@ -2,10 +2,10 @@
 //! the pod's Warning events, bounded so that a mass failure still fits in the status.
 
 use k8s_openapi::api::core::v1::Event;
-
-use super::stored_pod::StoredPod;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
+
+use super::stored_pod::StoredPod;
 
 use super::bounded;
 use tracing::debug;
