@@ -211,13 +211,18 @@ fn the_checks_see_a_circle_and_an_import() {
 /// The sibling files of `dir` that a piece of code names through `super::` or
 /// `crate::<module>::` (also inside `{...}` groups).
 fn sibling_imports(code: &str, module: &str, known: &BTreeSet<String>) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
     let qualified = format!("crate::{module}::");
-    for prefix in ["super::", qualified.as_str()] {
+    heads_after(code, &["super::", qualified.as_str()], known)
+}
+
+/// The names in `known` that follow one of `prefixes` in `code` (also inside `{...}` groups);
+/// a prefix counts only where it starts a path (`super::super::`, `foo_super::` do not).
+fn heads_after(code: &str, prefixes: &[&str], known: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for prefix in prefixes {
         for (i, _) in code.match_indices(prefix) {
-            let before = code[..i].chars().next_back();
-            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
-                continue; // `super::super::`, `foo_super::`
+            if !at_path_start(code, i) {
+                continue;
             }
             let rest = &code[i + prefix.len()..];
             let heads: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
@@ -242,6 +247,74 @@ fn sibling_imports(code: &str, module: &str, known: &BTreeSet<String>) -> BTreeS
     out
 }
 
+/// Whether `code[i..]` starts a path (`super::super::`, `foo_super::` do not).
+fn at_path_start(code: &str, i: usize) -> bool {
+    !code[..i]
+        .chars()
+        .next_back()
+        .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+}
+
+/// Whether `prefix` occurs in `code` where a path starts.
+fn starts_path(code: &str, prefix: &str) -> bool {
+    code.match_indices(prefix)
+        .any(|(i, _)| at_path_start(code, i))
+}
+
+/// A file's code before its unit tests (they may use anything).
+fn before_tests(f: &Path) -> String {
+    let code = code(f);
+    code.split("#[cfg(test)]").next().unwrap_or("").to_string()
+}
+
+/// The files of a directory module (`dir/mod.rs` and its children), by stem.
+fn module_files(dir: &Path) -> BTreeMap<String, PathBuf> {
+    files(dir)
+        .into_iter()
+        .filter(|f| f.parent() == Some(dir))
+        .filter_map(|f| Some((f.file_stem()?.to_str()?.to_string(), f.clone())))
+        .collect()
+}
+
+/// Inside a directory module: which file names which. `mod.rs` names a child by its bare
+/// path (`status::`, `use status::{..}`); a child names a sibling through `super::<child>`,
+/// and anything else after `super::` is `mod.rs`'s.
+fn inner_graph(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let files = module_files(dir);
+    let children: BTreeSet<String> = files.keys().filter(|k| *k != "mod").cloned().collect();
+    files
+        .iter()
+        .map(|(stem, f)| {
+            let code = before_tests(f);
+            let mut deps = if stem == "mod" {
+                children
+                    .iter()
+                    .filter(|c| starts_path(&code, &format!("{c}::")))
+                    .cloned()
+                    .collect()
+            } else {
+                let mut named = heads_after(&code, &["super::"], &children);
+                let to_parent = code.match_indices("super::").any(|(i, _)| {
+                    let rest = &code[i + "super::".len()..];
+                    at_path_start(&code, i)
+                        && !rest.starts_with("super::")
+                        && !children.iter().any(|c| {
+                            rest.strip_prefix(c.as_str())
+                                .is_some_and(|r| r.starts_with("::") || r.starts_with(';'))
+                        })
+                        && !rest.starts_with('{')
+                });
+                if to_parent {
+                    named.insert("mod".into());
+                }
+                named
+            };
+            deps.remove(stem);
+            (stem.clone(), deps)
+        })
+        .collect()
+}
+
 #[test]
 fn the_operators_files_do_not_import_each_other_around_a_circle() {
     // kube-rs/controller-rs's shape: the runtime builds the one context and runs the
@@ -256,21 +329,45 @@ fn the_operators_files_do_not_import_each_other_around_a_circle() {
         names(&["runtime", "pod", "hooks"]),
         "the reader of sibling imports"
     );
+    // A file or a directory module (`env_controller/`) is one node; a directory's children
+    // reach the operator's files only as `crate::operator::` (their `super::` is the
+    // directory's `mod.rs`).
     let dir = src().join("operator");
-    let files: BTreeMap<String, PathBuf> = files(&dir)
-        .into_iter()
-        .filter(|f| f.parent() == Some(dir.as_path()))
-        .filter_map(|f| Some((f.file_stem()?.to_str()?.to_string(), f.clone())))
-        .filter(|(stem, _)| stem != "mod")
-        .collect();
-    let known: BTreeSet<String> = files.keys().cloned().collect();
-    let g: BTreeMap<String, BTreeSet<String>> = files
+    let mut nodes: BTreeMap<String, Vec<(PathBuf, bool)>> = BTreeMap::new();
+    for (stem, f) in module_files(&dir).into_iter().filter(|(s, _)| s != "mod") {
+        nodes.insert(stem, vec![(f, true)]);
+    }
+    let mut dirs = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("operator dir") {
+        let p = entry.expect("entry").path();
+        if p.join("mod.rs").is_file() {
+            let stem = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("")
+                .to_string();
+            let files = module_files(&p)
+                .into_iter()
+                .map(|(s, f)| (f, s == "mod"))
+                .collect();
+            nodes.insert(stem, files);
+            dirs.push(p);
+        }
+    }
+    let known: BTreeSet<String> = nodes.keys().cloned().collect();
+    let qualified = ["crate::operator::"];
+    let g: BTreeMap<String, BTreeSet<String>> = nodes
         .iter()
-        .map(|(stem, f)| {
-            // A file's unit tests may use anything: only what precedes them counts.
-            let code = code(f);
-            let code = code.split("#[cfg(test)]").next().unwrap_or("");
-            let mut deps = sibling_imports(code, "operator", &known);
+        .map(|(stem, files)| {
+            let mut deps = BTreeSet::new();
+            for (f, top) in files {
+                let code = before_tests(f);
+                deps.extend(if *top {
+                    sibling_imports(&code, "operator", &known)
+                } else {
+                    heads_after(&code, &qualified, &known)
+                });
+            }
             deps.remove(stem);
             (stem.clone(), deps)
         })
@@ -282,4 +379,43 @@ fn the_operators_files_do_not_import_each_other_around_a_circle() {
         g["runtime"].contains("env_controller") && g["env_controller"].contains("context"),
         "the reader sees real imports: {g:#?}"
     );
+    // Inside each directory module, its files do not import each other around a circle
+    // either: `mod.rs` uses its children, they never use it back.
+    assert!(!dirs.is_empty(), "the directory modules are seen");
+    for d in &dirs {
+        let inner = inner_graph(d);
+        if let Some(c) = circle(&inner) {
+            panic!(
+                "{}: files import each other: {}",
+                d.display(),
+                c.join(" -> ")
+            );
+        }
+        assert!(
+            inner["mod"].len() >= 2 && inner.values().all(|deps| !deps.contains("mod")),
+            "{}: mod.rs uses its children, none uses mod.rs: {inner:#?}",
+            d.display()
+        );
+    }
+}
+
+#[test]
+fn the_inner_reader_sees_a_child_using_its_parent() {
+    // The checker of a directory module: a child naming `super::reconcile` uses mod.rs.
+    let dir = std::env::temp_dir().join(format!("layering-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::write(
+        dir.join("mod.rs"),
+        "mod a;\nmod b;\nuse a::x;\nuse b::{y};\nfn reconcile() {}\n",
+    )
+    .expect("write");
+    std::fs::write(dir.join("a.rs"), "use super::b::y;\npub fn x() {}\n").expect("write");
+    std::fs::write(dir.join("b.rs"), "use super::reconcile;\npub fn y() {}\n").expect("write");
+    let g = inner_graph(&dir);
+    std::fs::remove_dir_all(&dir).ok();
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(g["mod"], names(&["a", "b"]));
+    assert_eq!(g["a"], names(&["b"]));
+    assert_eq!(g["b"], names(&["mod"]));
+    assert!(circle(&g).is_some(), "mod -> b -> mod is a circle");
 }
