@@ -1,0 +1,145 @@
+//! Writing an Environment's Tasks (applies, transition patches, deletes), a few at once,
+//! with its progress shown while they go on.
+
+use std::time::Duration;
+
+use futures::{StreamExt, stream};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use tracing::info;
+
+use super::status::{own_tasks, summarize, write_status};
+use crate::crd::{Environment, EnvironmentStatus, Task, TransitionRequest};
+use crate::operator::context::Ctx;
+use crate::operator::status_pace;
+use crate::operator::task_sets::TaskWrites;
+use crate::operator::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
+use crate::plan::TaskRef;
+
+/// What a long write of Tasks shows meanwhile: the status so far, summarized again from
+/// the Tasks as they stand.
+pub(super) struct Progress<'a> {
+    pub(super) ctx: &'a Ctx,
+    pub(super) api: &'a Api<Environment>,
+    pub(super) env: &'a Environment,
+    pub(super) refs: &'a [&'a TaskRef],
+    pub(super) has_hooks: bool,
+    pub(super) status: &'a EnvironmentStatus,
+    /// The status last written.
+    pub(super) shown: EnvironmentStatus,
+}
+
+impl Progress<'_> {
+    async fn show(&mut self) -> Result<()> {
+        let mut now = self.status.clone();
+        let tasks = own_tasks(self.ctx, self.env);
+        summarize(
+            self.ctx,
+            self.env,
+            self.refs,
+            &tasks,
+            self.has_hooks,
+            &mut now,
+        );
+        write_status(self.ctx, self.api, self.env, &self.shown, now.clone()).await?;
+        self.shown = now;
+        Ok(())
+    }
+}
+
+/// How often a long write of Tasks stops to show its progress (`write_tasks`).
+pub(super) const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+
+/// One write of a Task.
+pub(super) enum TaskWrite {
+    /// The whole Task, server-side applied.
+    Apply(Box<Task>),
+    /// Its transition alone: that one field, replaced whole (its arguments are exactly the
+    /// transition's own), by the same field manager: far lighter for the apiserver.
+    Transition(String, TransitionRequest),
+}
+
+pub(super) async fn write_task(api: Api<Task>, ns: String, w: TaskWrite) -> Result<()> {
+    match w {
+        TaskWrite::Apply(t) => {
+            let tname = t.name_any();
+            let pp = PatchParams::apply(FIELD_MANAGER).force();
+            api.patch(&tname, &pp, &Patch::Apply(&*t))
+                .await
+                .map(|_| ())
+                .map_err(|e| Error::kube("apply", "Task", &ns, &tname, e))
+        }
+        TaskWrite::Transition(tname, req) => {
+            let pp = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..PatchParams::default()
+            };
+            let patch = json_patch::Patch(vec![json_patch::PatchOperation::Add(
+                json_patch::AddOperation {
+                    path: json_patch::jsonptr::PointerBuf::from_tokens(["spec", "transition"]),
+                    value: serde_json::to_value(&req).unwrap_or_default(),
+                },
+            )]);
+            api.patch(&tname, &pp, &Patch::<()>::Json(patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| Error::kube("patch", "Task", &ns, &tname, e))
+        }
+    }
+}
+
+/// Writes (server-side apply, a few at once) and deletes what `task_writes` decided,
+/// showing `progress` every [`PROGRESS_EVERY`] (or the environment's progress window, when
+/// longer) while the writes go on.
+pub(super) async fn write_tasks(
+    ctx: &Ctx,
+    ns: &str,
+    env: &str,
+    writes: TaskWrites,
+    mut progress: Progress<'_>,
+) -> Result<()> {
+    let TaskWrites {
+        apply: writes,
+        transition,
+        delete: stale,
+    } = writes;
+    let total = writes.len() + transition.len();
+    let task_api: Api<Task> = Api::namespaced(ctx.client.clone(), ns);
+    let writes = writes
+        .into_iter()
+        .map(|t| TaskWrite::Apply(Box::new(t)))
+        .chain(
+            transition
+                .into_iter()
+                .map(|(n, r)| TaskWrite::Transition(n, r)),
+        );
+    let mut pending = stream::iter(writes)
+        .map(|w| write_task(task_api.clone(), ns.to_string(), w))
+        .buffer_unordered(ctx.args.apply_concurrency.max(1));
+    // No more often than the environment's progress window: at 10,000 Tasks, a write every
+    // 500 ms was ~250 status writes per transition.
+    let every = PROGRESS_EVERY.max(status_pace::window(
+        Duration::from_millis(ctx.args.status_debounce_ms),
+        total,
+    ));
+    let start = tokio::time::Instant::now() + every;
+    let mut tick = tokio::time::interval_at(start, every);
+    loop {
+        tokio::select! {
+            written = pending.next() => match written {
+                Some(r) => {
+                    r?;
+                }
+                None => break,
+            },
+            _ = tick.tick() => progress.show().await?,
+        }
+    }
+    for t in &stale {
+        delete_ignore_missing(&task_api, t, "Task", ns).await?;
+    }
+    if total > 0 || !stale.is_empty() {
+        info!(env = %env, namespace = %ns, applied = total, deleted = stale.len(), "tasks written");
+    }
+    Ok(())
+}
