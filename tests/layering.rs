@@ -224,20 +224,8 @@ fn heads_after(code: &str, prefixes: &[&str], known: &BTreeSet<String>) -> BTree
             if !at_path_start(code, i) {
                 continue;
             }
-            let rest = &code[i + prefix.len()..];
-            let heads: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
-                group[..group.find('}').unwrap_or(group.len())]
-                    .split(',')
-                    .map(|p| p.trim().split("::").next().unwrap_or("").trim())
-                    .collect()
-            } else {
-                let end = rest
-                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                    .unwrap_or(rest.len());
-                vec![&rest[..end]]
-            };
             out.extend(
-                heads
+                path_heads(&code[i + prefix.len()..])
                     .into_iter()
                     .filter(|h| known.contains(*h))
                     .map(str::to_string),
@@ -245,6 +233,22 @@ fn heads_after(code: &str, prefixes: &[&str], known: &BTreeSet<String>) -> BTree
         }
     }
     out
+}
+
+/// The first segment of the path that `rest` starts, or of each path of a `{...}` group.
+fn path_heads(rest: &str) -> Vec<&str> {
+    if let Some(group) = rest.strip_prefix('{') {
+        group[..group.find('}').unwrap_or(group.len())]
+            .split(',')
+            .map(|p| p.trim().split("::").next().unwrap_or("").trim())
+            .filter(|h| !h.is_empty())
+            .collect()
+    } else {
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '*'))
+            .unwrap_or(rest.len());
+        vec![&rest[..end]]
+    }
 }
 
 /// Whether `code[i..]` starts a path (`super::super::`, `foo_super::` do not).
@@ -294,15 +298,13 @@ fn inner_graph(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
                     .collect()
             } else {
                 let mut named = heads_after(&code, &["super::"], &children);
+                // Any other head after `super::` (`reconcile`, `*`, one inside a group) is
+                // mod.rs's own; `super::super::` leaves the directory.
                 let to_parent = code.match_indices("super::").any(|(i, _)| {
-                    let rest = &code[i + "super::".len()..];
                     at_path_start(&code, i)
-                        && !rest.starts_with("super::")
-                        && !children.iter().any(|c| {
-                            rest.strip_prefix(c.as_str())
-                                .is_some_and(|r| r.starts_with("::") || r.starts_with(';'))
-                        })
-                        && !rest.starts_with('{')
+                        && path_heads(&code[i + "super::".len()..])
+                            .iter()
+                            .any(|h| *h != "super" && !children.contains(*h))
                 });
                 if to_parent {
                     named.insert("mod".into());
@@ -411,11 +413,17 @@ fn the_inner_reader_sees_a_child_using_its_parent() {
     .expect("write");
     std::fs::write(dir.join("a.rs"), "use super::b::y;\npub fn x() {}\n").expect("write");
     std::fs::write(dir.join("b.rs"), "use super::reconcile;\npub fn y() {}\n").expect("write");
+    std::fs::write(dir.join("c.rs"), "use super::{a::x, Ctx};\n").expect("write");
     let g = inner_graph(&dir);
     std::fs::remove_dir_all(&dir).ok();
     let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
     assert_eq!(g["mod"], names(&["a", "b"]));
     assert_eq!(g["a"], names(&["b"]));
     assert_eq!(g["b"], names(&["mod"]));
+    assert_eq!(
+        g["c"],
+        names(&["a", "mod"]),
+        "a parent's name inside a group counts"
+    );
     assert!(circle(&g).is_some(), "mod -> b -> mod is a circle");
 }
