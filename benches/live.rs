@@ -26,10 +26,11 @@ use serde_json::json;
 
 mod support;
 
+use support::costs::{cpu_ticks, ticks_per_second};
 use support::drive::{TIMEOUT, deploy_standby, transition_succeeded};
 use support::sims::Sims;
 use support::tasks::{CLASSES, task_refs};
-use support::{Res, create_ns, delete_ns, env_num, install, peak_rss_kib};
+use support::{Res, create_ns, delete_ns, env_num, install, peak_rss_kib, rss_kib};
 
 const DISCOVERY_PORT: u16 = 47000;
 
@@ -313,30 +314,4 @@ async fn inject(
         _ => None,
     };
     Ok((latencies, env_latency))
-}
-
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command (which may hold spaces) in parentheses.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
-
-/// The kernel's clock ticks per second (`getconf CLK_TCK`).
-fn ticks_per_second() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
-}
-
-/// Current resident set (VmRSS) of a process, KiB.
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }

@@ -5,7 +5,12 @@
 //! In the same run, the raw floor: a bare client creating the same objects (Task, Pod,
 //! Service per task, the same bodies), waiting for the pods to run, and writing each Task's
 //! status once; then each transition with the same writes and calls per task
-//! (`support::floor`). Figures: wall time, apiserver requests, operator peak RSS (VmHWM of the
+//! (`support::floor`). The floor creates first, then the operator; each floor transition runs
+//! just before the operator's (both environments exist, the idle one waiting); the floor's
+//! namespace is deleted after the operator's teardown. Each step prints what it cost the
+//! machine (`support::costs`: CPU by process, the apiserver's request time and watch events),
+//! and a table of both sides ends the run.
+//! Figures: wall time, apiserver requests, operator peak RSS (VmHWM of the
 //! `envbridge operator` child process over the whole run, read after the teardown), and the
 //! ratio to the floor.
 //!
@@ -27,7 +32,7 @@
 //! BENCH_OPERATOR_WRAPPER runs the operator under a profiler (`heaptrack -o FILE`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use envbridge::crd::{Environment, Task};
 use envbridge::launch::client::observed;
@@ -40,13 +45,13 @@ use kube::api::{DeleteParams, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Config};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 mod support;
 
+use support::costs::{Cost, Snapshot};
 use support::drive::transition_succeeded;
 use support::floor::CYCLE;
-use support::marks::{SharedMarks, record, watch_pods, watch_tasks};
+use support::marks::creation_marks;
 use support::operator_proc::{OperatorProc, Requests};
 use support::sims::SimRunners;
 use support::tasks::{CLASSES, task_refs};
@@ -78,7 +83,10 @@ async fn run() -> Res {
     // The raw floor.
     let floor_ns = format!("bench-floor-{suffix}");
     create_ns(&admin, &floor_ns).await?;
-    let refs = task_refs("bf", nodes, per_node);
+    let mut refs = task_refs("bf", nodes, per_node);
+    // Other control ports than the operator's tasks on the same nodes: both environments
+    // live at once, and readout's pods share their node's address (host network).
+    refs.iter_mut().for_each(|r| r.control_port += 100);
     let count = Arc::new(RequestCount::default());
     let kc = kube::config::Kubeconfig::read_from(&info.kubeconfig)?;
     // The floor is bounded by its own concurrency only, as before the operator's bound.
@@ -94,9 +102,12 @@ async fn run() -> Res {
         &CLASSES.map(|(c, _)| c),
         &log.with_extension("floor-sims"),
     )?;
+    let mut floor_costs = Vec::new();
+    let before = Snapshot::take(&admin).await;
     let t0 = Instant::now();
     support::floor::create(&counted, &floor_ns, &refs, concurrency, DISCOVERY_PORT).await?;
     let floor_time = t0.elapsed();
+    floor_costs.push(cost_since(&admin, &before, "floor: create").await);
     let floor_requests = count.total();
     println!(
         "floor: {:.2?} wall, {floor_requests} apiserver requests",
@@ -107,40 +118,17 @@ async fn run() -> Res {
         .list(&ListParams::default())
         .await?
         .items;
+    // Its objects stay, idle, until the operator's teardown: each of its transitions runs
+    // just before the operator's, so that both see the machine alike (this machine's pace
+    // drifts by 20% over minutes, the whole run takes 45 at 10,000 tasks).
     let control = envbridge::control::ControlClient::new(false);
     let mut floor_steps = Vec::new();
-    for (i, step) in CYCLE.into_iter().enumerate() {
-        let before = count.total();
-        let took = support::floor::transition(
-            &counted,
-            &control,
-            &floor_tasks,
-            step,
-            &format!("f{i}"),
-            concurrency,
-        )
-        .await?;
-        let requests = count.total() - before;
-        println!("floor: {} {took:.2?}, {requests} requests", step.0);
-        floor_steps.push((took, requests));
-    }
-    drop(control);
-    floor_sims.stop().await;
-    // Gone before the operator starts: kwok and the apiserver deleting the floor's pods
-    // would otherwise compete with the operator's run.
-    let t_del = Instant::now();
-    purge_namespace(&admin, &floor_ns, TIMEOUT).await?;
-    println!("floor: its namespace deleted in {:.2?}", t_del.elapsed());
 
     // The operator (a child process, as deployed), with task simulators for its pods;
     // BENCH_SHARDS > 1: as many shard operators, each with its own environment (the tasks
     // split between them by node).
     let op_ns = format!("bench-op-{suffix}");
     create_ns(&admin, &op_ns).await?;
-    let marks = SharedMarks::default();
-    let on_pod = marks.clone();
-    let stop_watches = CancellationToken::new();
-    watch_pods(admin.clone(), op_ns.clone(), on_pod, stop_watches.clone());
     let sims = SimRunners::start(
         &info.kubeconfig,
         &op_ns,
@@ -165,17 +153,10 @@ async fn run() -> Res {
         );
     }
     let operators_baseline: Vec<u64> = operators.iter().map(|o| o.baseline_kib).collect();
+    let mut op_costs = Vec::new();
+    let snap = Snapshot::take(&admin).await;
     let t0 = Instant::now();
-    record(&marks, |m| {
-        m.t0 = Some(t0);
-        m.total = total;
-    });
-    watch_tasks(
-        admin.clone(),
-        op_ns.clone(),
-        marks.clone(),
-        stop_watches.clone(),
-    );
+    let t0_wall = SystemTime::now();
     // Each environment's TaskSets (200 tasks, 25 nodes each), then the Environment; all
     // environments at once.
     all_timed(&parts, |p| async {
@@ -198,9 +179,10 @@ async fn run() -> Res {
     })
     .await?;
     let op_time = t0.elapsed();
+    op_costs.push(cost_since(&admin, &snap, "operator: create").await);
     // The operators log the requests they have sent so far (read from their logs below).
     operators.iter().for_each(OperatorProc::log_requests);
-    let marks = marks.lock().map(|m| m.marks.clone()).unwrap_or_default();
+    let marks = creation_marks(&admin, &op_ns, t0_wall).await?;
     let pods = Api::<Pod>::namespaced(admin.clone(), &op_ns)
         .list(&ListParams::default())
         .await?
@@ -224,7 +206,26 @@ async fn run() -> Res {
     // BENCH_CYCLES > 1 runs the cycle again (each figure is the first cycle's): whether the
     // operator's memory settles or grows with the transitions.
     for cycle in 0..env_num("BENCH_CYCLES", 1).max(1) {
-        for (i, (event, _)) in CYCLE.into_iter().enumerate() {
+        for (i, step) in CYCLE.into_iter().enumerate() {
+            let event = step.0;
+            if cycle == 0 {
+                let before = count.total();
+                let snap = Snapshot::take(&admin).await;
+                let took = support::floor::transition(
+                    &counted,
+                    &control,
+                    &floor_tasks,
+                    step,
+                    &format!("f{i}"),
+                    concurrency,
+                )
+                .await?;
+                let requests = count.total() - before;
+                println!("floor: {event} {took:.2?}, {requests} requests");
+                floor_costs.push(cost_since(&admin, &snap, &format!("floor: {event}")).await);
+                floor_steps.push((took, requests));
+            }
+            let snap = Snapshot::take(&admin).await;
             let t = Instant::now();
             let id = format!("o{cycle}-{i}");
             let each = all_timed(&parts, |p| {
@@ -234,6 +235,7 @@ async fn run() -> Res {
             let took = t.elapsed();
             println!("operator: {event} {took:.2?}");
             if cycle == 0 {
+                op_costs.push(cost_since(&admin, &snap, &format!("operator: {event}")).await);
                 op_steps.push(took);
                 for (s, d) in shard_steps.iter_mut().zip(each) {
                     s.push(d);
@@ -243,6 +245,7 @@ async fn run() -> Res {
         }
     }
     operators.iter().for_each(OperatorProc::log_requests);
+    let snap = Snapshot::take(&admin).await;
     let t1 = Instant::now();
     for p in &parts {
         Api::<Environment>::namespaced(admin.clone(), &op_ns)
@@ -251,6 +254,15 @@ async fn run() -> Res {
     }
     support::wait_gone(&admin, &op_ns, TIMEOUT).await?;
     let teardown = t1.elapsed();
+    op_costs.push(cost_since(&admin, &snap, "operator: teardown").await);
+    // The floor's destroy: its namespace deleted (the apiserver's own teardown).
+    drop(control);
+    floor_sims.stop().await;
+    let t_del = Instant::now();
+    let snap = Snapshot::take(&admin).await;
+    purge_namespace(&admin, &floor_ns, TIMEOUT).await?;
+    println!("floor: its namespace deleted in {:.2?}", t_del.elapsed());
+    floor_costs.push(cost_since(&admin, &snap, "floor: namespace deletion").await);
     memory("the teardown's end");
     // The peak over the whole run: create, transitions, teardown.
     let peaks: Vec<u64> = operators.iter().map(OperatorProc::peak_kib).collect();
@@ -261,7 +273,6 @@ async fn run() -> Res {
     for o in operators.drain(..) {
         requests.push(o.stop().await?);
     }
-    stop_watches.cancel();
     sims.stop().await;
     delete_ns(&admin, &op_ns).await;
     let mut all = Requests::default();
@@ -281,7 +292,7 @@ async fn run() -> Res {
         (op_time - env_written).as_secs_f64() / floor_time.as_secs_f64()
     );
     for (what, at) in &marks {
-        println!("operator: {what} at {:.2?}", at);
+        println!("operator: {what} at {} s", at.as_secs());
     }
     println!(
         "operator: {} apiserver requests to STANDBY (floor {floor_requests}): {}",
@@ -311,6 +322,7 @@ async fn run() -> Res {
         all.all,
         all.all_by_verb
     );
+    print_costs(&floor_costs, &op_costs);
     let kb_a_task = kb_per_task(rss_kib, baseline_kib, total);
     println!(
         "operator: peak RSS {:.1} MiB, empty operator {:.1} MiB: {kb_a_task:.1} KB a task",
@@ -369,6 +381,46 @@ async fn run() -> Res {
                "kb_per_task": round2(kb_a_task), "requests": all.standby, "floor_requests": floor_requests})
     );
     Ok(())
+}
+
+/// The cost of a step from `before` until now, printed as it ends.
+async fn cost_since(admin: &Client, before: &Snapshot, what: &str) -> Cost {
+    let cost = before.cost_until(&Snapshot::take(admin).await);
+    println!("{what}: {}", cost.line());
+    cost
+}
+
+/// Each step's cost, the floor's beside the operator's: where a step's ratio comes from
+/// (a busier apiserver, the operator's own CPU, or cores left idle).
+fn print_costs(floor: &[Cost], op: &[Cost]) {
+    let steps = ["create", "CONFIGURE", "START", "STOP", "RESET", "destroy"];
+    println!(
+        "step: wall s, CPU busy s, idle s, apiserver CPU s, its request s, watch events (floor | operator); the operator's and the simulators' CPU s"
+    );
+    for (i, step) in steps.iter().enumerate() {
+        let (Some(f), Some(o)) = (floor.get(i), op.get(i)) else {
+            continue;
+        };
+        let cols = |c: &Cost| {
+            format!(
+                "{:.1}, {:.1}, {:.1}, {:.1}, {:.0}, {:.0}",
+                c.wall_s,
+                c.busy_s,
+                c.idle_s,
+                c.cpu_of("apiserver"),
+                c.request_s,
+                c.watch_events
+            )
+        };
+        println!(
+            "{step}: {} | {}; operator {:.1}, simulators {:.1} (floor's {:.1})",
+            cols(f),
+            cols(o),
+            o.cpu_of("operator"),
+            o.cpu_of("simulators"),
+            f.cpu_of("simulators")
+        );
+    }
 }
 
 fn round2(x: f64) -> f64 {

@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 mod support;
 
+use support::costs::ticks_per_second;
 use support::nodemem::{Kib, Mem, NodeProcs, Sampler, Seen};
 use support::plane::reuse_or_start;
 use support::pods::{PodMarks, watch_pods};
@@ -377,16 +378,6 @@ async fn wait_env(
             return Ok(st);
         }
     }
-}
-
-/// The kernel's clock ticks per second (`getconf CLK_TCK`).
-fn ticks_per_second() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
 }
 
 fn loadavg() -> String {

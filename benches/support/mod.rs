@@ -4,6 +4,7 @@
 
 #![allow(dead_code)] // each bench uses its own subset
 
+pub mod costs;
 pub mod drive;
 pub mod floor;
 pub mod marks;

@@ -62,15 +62,7 @@ impl Kib {
 
 /// utime + stime of a process, in clock ticks (0 when gone).
 fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name (in parentheses, may hold spaces).
-    let f: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    tick(11) + tick(12)
+    super::costs::cpu_ticks(pid).unwrap_or(0)
 }
 
 /// One sample of one node; counts are processes, CPU in clock ticks since each started.
