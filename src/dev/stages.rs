@@ -53,6 +53,14 @@ pub const STAGES: &[(&str, &str)] = &[
 /// apiserver busy with a run's other writes, minutes for what the apiserver could do sooner.
 pub const POD_STAGE_PARALLELISM: u32 = 16;
 
+/// Nodes whose stage (their heartbeat, every 20-45 s) kwok plays at once (its default: 4).
+/// For the same reason: at 1,250 nodes and a busy apiserver (a round trip of ~190 ms), 4
+/// workers renewed ~21 heartbeats a second where 1,250 nodes need ~38; heartbeats fell
+/// minutes behind, the controller-manager took nodes NotReady (grace 60 s) and marked their
+/// pods so, kwok put them back: churn of Node, Pod and EndpointSlice writes in the middle of
+/// whatever the plane was timing.
+pub const NODE_STAGE_PARALLELISM: u32 = 16;
+
 /// kwok's options. kwok applies its defaults only when no KwokConfiguration is given (a
 /// partial one leaves the rest at zero: no parallelism at all), so every option that has a
 /// default is given here, kwok v0.8.0's own values except the pods' parallelism.
@@ -66,7 +74,7 @@ options:
   enableContentionProfiling: false
   enableProfilingHandler: true
   podPlayStageParallelism: {POD_STAGE_PARALLELISM}
-  nodePlayStageParallelism: 4
+  nodePlayStageParallelism: {NODE_STAGE_PARALLELISM}
   nodeLeaseParallelism: 4
   podsOnNodeSyncParallelism: 1
   enablePodsOnNodeSyncListPager: true
@@ -106,6 +114,10 @@ mod tests {
         assert_eq!(
             opts["options"]["podPlayStageParallelism"],
             POD_STAGE_PARALLELISM
+        );
+        assert_eq!(
+            opts["options"]["nodePlayStageParallelism"],
+            NODE_STAGE_PARALLELISM
         );
         for nonzero in [
             "nodePlayStageParallelism",
