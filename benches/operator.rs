@@ -408,8 +408,8 @@ fn print_costs(floor: &[Cost], op: &[Cost]) {
                 c.busy_s,
                 c.idle_s,
                 c.cpu_of("apiserver"),
-                c.request_s,
-                c.watch_events
+                c.request_s(),
+                c.watch_events()
             )
         };
         println!(

@@ -32,11 +32,8 @@ pub struct Cost {
     pub idle_s: f64,
     /// CPU seconds by group, largest first.
     pub cpu: Vec<(&'static str, f64)>,
-    pub request_s: f64,
-    pub requests: f64,
     /// Request seconds and count by verb and resource, largest first.
     pub by_request: Vec<(String, f64, f64)>,
-    pub watch_events: f64,
     /// Watch events sent by kind, most first.
     pub events_by_kind: Vec<(String, f64)>,
 }
@@ -94,10 +91,7 @@ impl Snapshot {
             busy_s: later.machine.0.saturating_sub(self.machine.0) as f64 / hz,
             idle_s: later.machine.1.saturating_sub(self.machine.1) as f64 / hz,
             cpu,
-            request_s: by_request.iter().map(|r| r.1).sum(),
-            requests: by_request.iter().map(|r| r.2).sum(),
             by_request,
-            watch_events: events_by_kind.iter().map(|e| e.1).sum(),
             events_by_kind,
         }
     }
@@ -117,7 +111,8 @@ impl Cost {
         let _ = write!(
             s,
             "; apiserver request time {:.0} s in {:.0} requests (",
-            self.request_s, self.requests
+            self.request_s(),
+            self.by_request.iter().map(|r| r.2).sum::<f64>()
         );
         let parts: Vec<String> = self
             .by_request
@@ -135,10 +130,20 @@ impl Cost {
             s,
             "{}); {:.0} watch events ({})",
             parts.join(", "),
-            self.watch_events,
+            self.watch_events(),
             kinds.join(", ")
         );
         s
+    }
+
+    /// The apiserver's request seconds in this step.
+    pub fn request_s(&self) -> f64 {
+        self.by_request.iter().map(|r| r.1).sum()
+    }
+
+    /// Watch events the apiserver sent in this step.
+    pub fn watch_events(&self) -> f64 {
+        self.events_by_kind.iter().map(|e| e.1).sum()
     }
 
     /// CPU seconds of `group` in this step.
