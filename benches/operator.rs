@@ -103,6 +103,7 @@ async fn run() -> Res {
         &log.with_extension("floor-sims"),
     )?;
     let mut floor_costs = Vec::new();
+    settle("floor: create").await;
     let before = Snapshot::take(&admin).await;
     let t0 = Instant::now();
     support::floor::create(&counted, &floor_ns, &refs, concurrency, DISCOVERY_PORT).await?;
@@ -154,6 +155,7 @@ async fn run() -> Res {
     }
     let operators_baseline: Vec<u64> = operators.iter().map(|o| o.baseline_kib).collect();
     let mut op_costs = Vec::new();
+    settle("operator: create").await;
     let snap = Snapshot::take(&admin).await;
     let t0 = Instant::now();
     let t0_wall = SystemTime::now();
@@ -209,6 +211,7 @@ async fn run() -> Res {
         for (i, step) in CYCLE.into_iter().enumerate() {
             let event = step.0;
             if cycle == 0 {
+                settle(&format!("floor: {event}")).await;
                 let before = count.total();
                 let snap = Snapshot::take(&admin).await;
                 let took = support::floor::transition(
@@ -225,6 +228,7 @@ async fn run() -> Res {
                 floor_costs.push(cost_since(&admin, &snap, &format!("floor: {event}")).await);
                 floor_steps.push((took, requests));
             }
+            settle(&format!("operator: {event}")).await;
             let snap = Snapshot::take(&admin).await;
             let t = Instant::now();
             let id = format!("o{cycle}-{i}");
@@ -245,6 +249,7 @@ async fn run() -> Res {
         }
     }
     operators.iter().for_each(OperatorProc::log_requests);
+    settle("operator: teardown").await;
     let snap = Snapshot::take(&admin).await;
     let t1 = Instant::now();
     for p in &parts {
@@ -258,6 +263,7 @@ async fn run() -> Res {
     // The floor's destroy: its namespace deleted (the apiserver's own teardown).
     drop(control);
     floor_sims.stop().await;
+    settle("floor: namespace deletion").await;
     let t_del = Instant::now();
     let snap = Snapshot::take(&admin).await;
     purge_namespace(&admin, &floor_ns, TIMEOUT).await?;
@@ -381,6 +387,15 @@ async fn run() -> Res {
                "kb_per_task": round2(kb_a_task), "requests": all.standby, "floor_requests": floor_requests})
     );
     Ok(())
+}
+
+/// Waits, before a timed step, until the controller-manager and the scheduler have worked
+/// through the step before it and half the machine is idle (at most two minutes): otherwise
+/// the step after a create pays for the create's EndpointSlices and garbage, and which side
+/// that is depends on the order.
+async fn settle(what: &str) {
+    let s = support::costs::settle(0.15, 1.0, Duration::from_secs(120)).await;
+    println!("{what}: plane {}", s.line());
 }
 
 /// The cost of a step from `before` until now, printed as it ends.

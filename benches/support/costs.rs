@@ -307,3 +307,71 @@ fn sample(line: &str) -> Option<(&str, Labels<'_>, f64)> {
         .collect();
     Some((name, labels, value))
 }
+
+/// Groups that work through a backlog after a step has ended (the controller-manager's
+/// EndpointSlices and garbage collection, the scheduler's queue): a step started before they
+/// are done pays for the step before it.
+const BACKLOG: [&str; 2] = ["controller-manager", "scheduler"];
+
+/// How the plane settled before a step: the wait, the last window's cores busy in all and by
+/// group.
+pub struct Settled {
+    pub waited_s: f64,
+    pub quiet: bool,
+    pub busy: f64,
+    pub cores: Vec<(&'static str, f64)>,
+}
+
+impl Settled {
+    pub fn line(&self) -> String {
+        let cores: Vec<String> = self
+            .cores
+            .iter()
+            .map(|(g, c)| format!("{g} {c:.2}"))
+            .collect();
+        format!(
+            "{} after {:.1} s (cores busy in the last {WINDOW_S} s: {:.2}; {})",
+            if self.quiet { "quiet" } else { "still busy" },
+            self.waited_s,
+            self.busy,
+            cores.join(", ")
+        )
+    }
+}
+
+const WINDOW_S: f64 = 2.0;
+
+/// Waits until, over a 2 s window, the backlog groups use under `backlog_cores` together and
+/// the machine under `busy_cores`, or `max` has passed (then goes on, saying so). The plane's
+/// steady work (heartbeats, leases) stays: the gate is for what a step left behind.
+pub async fn settle(backlog_cores: f64, busy_cores: f64, max: std::time::Duration) -> Settled {
+    let start = Instant::now();
+    let hz = ticks_per_second();
+    let mut before = processes();
+    let mut machine = machine_ticks();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs_f64(WINDOW_S)).await;
+        let now = processes();
+        let machine_now = machine_ticks();
+        let busy = machine_now.0.saturating_sub(machine.0) as f64 / hz / WINDOW_S;
+        let mut by: BTreeMap<&'static str, f64> = BTreeMap::new();
+        for (pid, (group, ticks)) in &now {
+            let t0 = before.get(pid).map_or(*ticks, |(_, t)| *t);
+            *by.entry(group).or_default() += ticks.saturating_sub(t0) as f64 / hz / WINDOW_S;
+        }
+        let backlog: f64 = BACKLOG.iter().filter_map(|g| by.get(g)).sum();
+        let quiet = backlog < backlog_cores && busy < busy_cores;
+        if quiet || start.elapsed() >= max {
+            let mut cores: Vec<_> = by.into_iter().filter(|(_, c)| *c >= 0.01).collect();
+            cores.sort_by(|a, b| b.1.total_cmp(&a.1));
+            return Settled {
+                waited_s: start.elapsed().as_secs_f64(),
+                quiet,
+                busy,
+                cores,
+            };
+        }
+        before = now;
+        machine = machine_now;
+    }
+}
