@@ -341,10 +341,16 @@ impl Settled {
 
 const WINDOW_S: f64 = 2.0;
 
-/// Waits until, over a 2 s window, the backlog groups use under `backlog_cores` together and
-/// the machine under `busy_cores`, or `max` has passed (then goes on, saying so). The plane's
-/// steady work (heartbeats, leases) stays: the gate is for what a step left behind.
+/// Waits until, over a 2 s window, the machine uses under `busy_cores` and the backlog groups
+/// either under `backlog_cores` together or, at a larger plane's steady level, under
+/// `STEADY_MAX` and flat (three windows within `FLAT` of each other); or until `max` has
+/// passed (then goes on, saying so). The plane's steady work (heartbeats, leases; at 1,250
+/// nodes the controller-manager's alone is about 0.3 cores) stays: the gate is for what a
+/// step left behind.
 pub async fn settle(backlog_cores: f64, busy_cores: f64, max: std::time::Duration) -> Settled {
+    const STEADY_MAX: f64 = 0.5;
+    const FLAT: f64 = 0.05;
+    let mut last: Vec<f64> = Vec::new();
     let start = Instant::now();
     let hz = ticks_per_second();
     let mut before = processes();
@@ -360,7 +366,13 @@ pub async fn settle(backlog_cores: f64, busy_cores: f64, max: std::time::Duratio
             *by.entry(group).or_default() += ticks.saturating_sub(t0) as f64 / hz / WINDOW_S;
         }
         let backlog: f64 = BACKLOG.iter().filter_map(|g| by.get(g)).sum();
-        let quiet = backlog < backlog_cores && busy < busy_cores;
+        last.push(backlog);
+        let recent = &last[last.len().saturating_sub(3)..];
+        let (lo, hi) = recent
+            .iter()
+            .fold((f64::MAX, 0.0_f64), |(lo, hi), b| (lo.min(*b), hi.max(*b)));
+        let steady = recent.len() == 3 && hi < STEADY_MAX && hi - lo < FLAT;
+        let quiet = busy < busy_cores && (backlog < backlog_cores || steady);
         if quiet || start.elapsed() >= max {
             let mut cores: Vec<_> = by.into_iter().filter(|(_, c)| *c >= 0.01).collect();
             cores.sort_by(|a, b| b.1.total_cmp(&a.1));

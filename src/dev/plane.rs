@@ -48,12 +48,16 @@ pub struct ClusterInfo {
 }
 
 /// Controllers run by kube-controller-manager: what namespaces, owner references, Jobs,
-/// ReplicaSets and node health need; nothing that evicts pods or allocates CIDRs.
+/// ReplicaSets and node health need; nothing that evicts pods or allocates CIDRs. Not the
+/// EndpointSlice controller: every pod address here is loopback, which EndpointSlice
+/// validation rejects, so it could only retry every Service's slice for ever (a 422 and an
+/// Event each time: at 10,000 tasks a third of a core, and bursts of more, that a site's
+/// cluster, whose writes succeed once, never pays).
 const CONTROLLERS: &str = "namespace-controller,garbage-collector-controller,\
 serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,\
 clusterrole-aggregation-controller,node-lifecycle-controller,pod-garbage-collector-controller,\
 job-controller,replicaset-controller,deployment-controller,statefulset-controller,\
-ttl-after-finished-controller,endpointslice-controller";
+ttl-after-finished-controller";
 
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 const STOP_GRACE: Duration = Duration::from_secs(10);
