@@ -260,15 +260,18 @@ async fn run() -> Res {
     support::wait_gone(&admin, &op_ns, TIMEOUT).await?;
     let teardown = t1.elapsed();
     op_costs.push(cost_since(&admin, &snap, "operator: teardown").await);
-    // The floor's destroy: its namespace deleted (the apiserver's own teardown).
+    // The floor's destroy: the same deletes from the bare client (its simulators still
+    // following its pods, as the operator's did), then its namespace, empty by then.
     drop(control);
-    floor_sims.stop().await;
-    settle("floor: namespace deletion").await;
-    let t_del = Instant::now();
+    settle("floor: destroy").await;
+    let before = count.total();
     let snap = Snapshot::take(&admin).await;
+    let floor_destroy = support::floor::destroy(&counted, &floor_tasks, concurrency).await?;
+    let floor_destroy_requests = count.total() - before;
+    println!("floor: destroy {floor_destroy:.2?}, {floor_destroy_requests} requests");
+    floor_costs.push(cost_since(&admin, &snap, "floor: destroy").await);
+    floor_sims.stop().await;
     purge_namespace(&admin, &floor_ns, TIMEOUT).await?;
-    println!("floor: its namespace deleted in {:.2?}", t_del.elapsed());
-    floor_costs.push(cost_since(&admin, &snap, "floor: namespace deletion").await);
     memory("the teardown's end");
     // The peak over the whole run: create, transitions, teardown.
     let peaks: Vec<u64> = operators.iter().map(OperatorProc::peak_kib).collect();
@@ -336,8 +339,11 @@ async fn run() -> Res {
         mib(baseline_kib)
     );
     println!(
-        "operator: teardown (Environment deleted -> no Task/Pod/Service left) {:.2?}",
-        teardown
+        "operator: teardown (Environment deleted -> no Task/Pod/Service left) {:.2?} against the floor's destroy {:.2?}, ratio {:.2}; {} requests (floor {floor_destroy_requests})",
+        teardown,
+        floor_destroy,
+        teardown.as_secs_f64() / floor_destroy.as_secs_f64(),
+        all.all.saturating_sub(all.standby + all.transitions)
     );
     let mut shards = Vec::new();
     if parts.len() > 1 {
@@ -374,6 +380,7 @@ async fn run() -> Res {
                "operator_ms": op_time.as_millis() as u64, "environment_written_ms": env_written.as_millis() as u64, "operator_requests": all.standby, "operator_requests_by_verb": all.standby_by_verb,
                "operator_requests_with_teardown": all.all, "ratio": round2(ratio),
                "operator_peak_rss_mib": mib(rss_kib).round(), "teardown_ms": teardown.as_millis() as u64,
+               "floor_destroy_ms": floor_destroy.as_millis() as u64, "floor_destroy_requests": floor_destroy_requests,
                "transitions": transitions, "transition_requests": all.transitions, "floor_transition_requests": floor_transition_requests,
                "shards": shards})
     );

@@ -1,8 +1,8 @@
 //! The operator benchmark's floor, a bare client: the same Task, Pod and Service created
-//! directly (`create`), and a transition (`transition`) with per task the writes
+//! directly (`create`), a transition (`transition`) with per task the writes
 //! and the call the operator makes for it: its Task's `spec.transition` (a JSON patch of that
 //! one field), the call to its process, its Task's status (state and the transition's
-//! outcome); `in_flight` tasks at once.
+//! outcome); `in_flight` tasks at once; and the same deletes (`destroy`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -13,7 +13,7 @@ use envbridge::crd::{
     Environment, EnvironmentSpec, Task, TaskStatus, TaskTemplate, TransitionPhase,
     TransitionRequest, TransitionStatus,
 };
-use envbridge::operator::names::{task_annotations, task_labels};
+use envbridge::operator::names::{service_name, task_annotations, task_labels};
 use envbridge::operator::pod::{PodSettings, build_pod};
 use envbridge::operator::service::build_service;
 use envbridge::operator::task_sets::build_task;
@@ -21,7 +21,7 @@ use envbridge::plan::TaskRef;
 use envbridge::state::{Event, State};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -215,4 +215,34 @@ pub async fn create(
         .try_collect::<Vec<()>>()
         .await?;
     Ok(())
+}
+
+/// The bare client's destroy: per task the deletes the operator sends for it (its Pod, its
+/// Service, then the Task; no finalizer to drop, the floor's Tasks have none), `in_flight`
+/// tasks at once; the time until none of them is left.
+pub async fn destroy(client: &Client, tasks: &[Task], in_flight: usize) -> Res<Duration> {
+    let ns = namespace(tasks);
+    let dp = DeleteParams::default();
+    let (pods, svcs, api) = (
+        Api::<Pod>::namespaced(client.clone(), &ns),
+        Api::<Service>::namespaced(client.clone(), &ns),
+        Api::<Task>::namespaced(client.clone(), &ns),
+    );
+    let t0 = Instant::now();
+    stream::iter(tasks)
+        .map(|t| {
+            let (pods, svcs, api, dp) = (&pods, &svcs, &api, &dp);
+            async move {
+                let name = t.name_any();
+                pods.delete(&name, dp).await?;
+                svcs.delete(&service_name(&name), dp).await?;
+                api.delete(&name, dp).await?;
+                Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+            }
+        })
+        .buffer_unordered(in_flight.max(1))
+        .try_collect::<Vec<()>>()
+        .await?;
+    super::wait_gone(client, &ns, super::drive::TIMEOUT).await?;
+    Ok(t0.elapsed())
 }
