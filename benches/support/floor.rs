@@ -145,8 +145,8 @@ pub async fn create(
             let mut owner = owner.clone();
             owner.metadata.namespace = Some(ns.into());
             async move {
+                // Its finalizer kept: the destroy then sends the operator's four writes a task.
                 let mut t = build_task(&owner, &r);
-                t.metadata.finalizers = None;
                 t.metadata.owner_references = None;
                 let t = tasks.create(pp, &t).await?;
                 let labels = task_labels("bf", &r, None);
@@ -217,9 +217,9 @@ pub async fn create(
     Ok(())
 }
 
-/// The bare client's destroy: per task the deletes the operator sends for it (its Pod, its
-/// Service, then the Task; no finalizer to drop, the floor's Tasks have none), `in_flight`
-/// tasks at once; the time until none of them is left.
+/// The bare client's destroy: per task the writes the operator sends for it (its Pod's and
+/// its Service's deletes, the Task's delete and its finalizer dropped), `in_flight` tasks at
+/// once; the time until none of them is left.
 pub async fn destroy(client: &Client, tasks: &[Task], in_flight: usize) -> Res<Duration> {
     let ns = namespace(tasks);
     let dp = DeleteParams::default();
@@ -237,6 +237,9 @@ pub async fn destroy(client: &Client, tasks: &[Task], in_flight: usize) -> Res<D
                 pods.delete(&name, dp).await?;
                 svcs.delete(&service_name(&name), dp).await?;
                 api.delete(&name, dp).await?;
+                let drop = json!({"metadata": {"finalizers": null}});
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&drop))
+                    .await?;
                 Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
             }
         })
