@@ -396,10 +396,10 @@ async fn run() -> Res {
     Ok(())
 }
 
-/// Waits, before a timed step, until the controller-manager and the scheduler have worked
-/// through the step before it and half the machine is idle (at most two minutes): otherwise
-/// the step after a create pays for the create's EndpointSlices and garbage, and which side
-/// that is depends on the order.
+/// Waits, before a timed step, until the controller-manager has worked through the step
+/// before it and half the machine is idle (at most two minutes): otherwise the step after a
+/// create pays for the create's garbage and node work, and which side that is depends on the
+/// order.
 async fn settle(what: &str) {
     let s = support::costs::settle(0.15, 1.0, Duration::from_secs(120)).await;
     println!("{what}: plane {}", s.line());

@@ -56,12 +56,7 @@ impl Snapshot {
     /// What happened between `self` and `later`.
     pub fn cost_until(&self, later: &Snapshot) -> Cost {
         let hz = ticks_per_second();
-        let mut cpu: BTreeMap<&'static str, f64> = BTreeMap::new();
-        for (pid, (group, ticks)) in &later.procs {
-            // A process started during the step counts whole; one gone during it is lost.
-            let before = self.procs.get(pid).map_or(0, |(_, t)| *t);
-            *cpu.entry(group).or_default() += ticks.saturating_sub(before) as f64 / hz;
-        }
+        let cpu = cpu_by_group(&self.procs, &later.procs, hz);
         let mut cpu: Vec<_> = cpu.into_iter().filter(|(_, s)| *s >= 0.05).collect();
         cpu.sort_by(|a, b| b.1.total_cmp(&a.1));
         let mut by_request: Vec<(String, f64, f64)> = later
@@ -174,6 +169,21 @@ fn group_of(pid: u32, comm: &str, args: &[String]) -> &'static str {
         },
         _ => "other",
     }
+}
+
+/// CPU seconds by group between two readings of the processes: a process started between
+/// them counts whole, one gone is lost.
+fn cpu_by_group(
+    before: &BTreeMap<u32, (&'static str, u64)>,
+    after: &BTreeMap<u32, (&'static str, u64)>,
+    hz: f64,
+) -> BTreeMap<&'static str, f64> {
+    let mut cpu: BTreeMap<&'static str, f64> = BTreeMap::new();
+    for (pid, (group, ticks)) in after {
+        let t0 = before.get(pid).map_or(0, |(_, t)| *t);
+        *cpu.entry(group).or_default() += ticks.saturating_sub(t0) as f64 / hz;
+    }
+    cpu
 }
 
 /// Every process's group and CPU ticks.
@@ -308,10 +318,10 @@ fn sample(line: &str) -> Option<(&str, Labels<'_>, f64)> {
     Some((name, labels, value))
 }
 
-/// Groups that work through a backlog after a step has ended (the controller-manager's
-/// EndpointSlices and garbage collection, the scheduler's queue): a step started before they
-/// are done pays for the step before it.
-const BACKLOG: [&str; 2] = ["controller-manager", "scheduler"];
+/// The group that works through a backlog after a step has ended (the controller-manager's
+/// garbage collection and node lifecycle; the local plane runs no scheduler): a step started
+/// before it is done pays for the step before it.
+const BACKLOG: &str = "controller-manager";
 
 /// How the plane settled before a step: the wait, the last window's cores busy in all and by
 /// group.
@@ -341,8 +351,8 @@ impl Settled {
 
 const WINDOW_S: f64 = 2.0;
 
-/// Waits until, over a 2 s window, the machine uses under `busy_cores` and the backlog groups
-/// either under `backlog_cores` together or, at a larger plane's steady level, under
+/// Waits until, over a 2 s window, the machine uses under `busy_cores` and the backlog group
+/// either under `backlog_cores` or, at a larger plane's steady level, under
 /// `STEADY_MAX` and flat (three windows within `FLAT` of each other); or until `max` has
 /// passed (then goes on, saying so). The plane's steady work (heartbeats, leases; at 1,250
 /// nodes the controller-manager's alone is about 0.3 cores) stays: the gate is for what a
@@ -360,12 +370,9 @@ pub async fn settle(backlog_cores: f64, busy_cores: f64, max: std::time::Duratio
         let now = processes();
         let machine_now = machine_ticks();
         let busy = machine_now.0.saturating_sub(machine.0) as f64 / hz / WINDOW_S;
-        let mut by: BTreeMap<&'static str, f64> = BTreeMap::new();
-        for (pid, (group, ticks)) in &now {
-            let t0 = before.get(pid).map_or(*ticks, |(_, t)| *t);
-            *by.entry(group).or_default() += ticks.saturating_sub(t0) as f64 / hz / WINDOW_S;
-        }
-        let backlog: f64 = BACKLOG.iter().filter_map(|g| by.get(g)).sum();
+        let mut by = cpu_by_group(&before, &now, hz);
+        by.values_mut().for_each(|c| *c /= WINDOW_S);
+        let backlog = by.get(BACKLOG).copied().unwrap_or(0.0);
         last.push(backlog);
         let recent = &last[last.len().saturating_sub(3)..];
         let (lo, hi) = recent

@@ -223,6 +223,7 @@ pub async fn create(
 pub async fn destroy(client: &Client, tasks: &[Task], in_flight: usize) -> Res<Duration> {
     let ns = namespace(tasks);
     let dp = DeleteParams::default();
+    let drop = json!({"metadata": {"finalizers": null}});
     let (pods, svcs, api) = (
         Api::<Pod>::namespaced(client.clone(), &ns),
         Api::<Service>::namespaced(client.clone(), &ns),
@@ -231,14 +232,13 @@ pub async fn destroy(client: &Client, tasks: &[Task], in_flight: usize) -> Res<D
     let t0 = Instant::now();
     stream::iter(tasks)
         .map(|t| {
-            let (pods, svcs, api, dp) = (&pods, &svcs, &api, &dp);
+            let (pods, svcs, api, dp, drop) = (&pods, &svcs, &api, &dp, &drop);
             async move {
                 let name = t.name_any();
                 pods.delete(&name, dp).await?;
                 svcs.delete(&service_name(&name), dp).await?;
                 api.delete(&name, dp).await?;
-                let drop = json!({"metadata": {"finalizers": null}});
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&drop))
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(drop))
                     .await?;
                 Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
             }
