@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use dashmap::{DashMap, DashSet};
-use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -95,7 +94,8 @@ pub struct Ctx {
     pub task_index: Arc<super::task_index::TaskIndex>,
     pub pods: Store<StoredPod>,
     pub services: Store<StoredService>,
-    pub nodes: Store<Node>,
+    /// Nodes by host label (fed by the Node watch): a task's node.
+    pub node_index: Arc<super::nodes::NodeIndex>,
     pub templates: Store<TaskTemplate>,
     pub task_sets: Store<TaskSet>,
     pub recorder: Recorder,

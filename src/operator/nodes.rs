@@ -1,10 +1,18 @@
-//! machine_id -> Kubernetes Node name. Pure: works on (name, labels) pairs from the node store.
+//! machine_id -> Kubernetes Node name.
 //!
 //! Workflows name hosts by their short name (`flp001`) while Kubernetes names nodes by FQDN
 //! (`flp001.cluster.local`): the label `envbridge.dev/host=flp001` joins them, and only a
-//! labelled Node ever receives a task.
+//! labelled Node ever receives a task. [`NodeIndex`] holds the Nodes by that label, fed by
+//! the one Node watch (apply, delete, and a relist that replaces everything): a pod's node
+//! is one lookup, where a scan of every Node per pod was 12.5 million label reads for
+//! 10,000 pods on 1,250 nodes. Plain data behind one lock; unit-tested by feeding it events.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::RwLock;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::runtime::watcher;
 
 use crate::crd::labels;
 
@@ -23,28 +31,96 @@ pub enum NodeError {
     },
 }
 
-/// The Node a task with `machine_id` runs on: the single Node labelled
-/// `envbridge.dev/host=<id>`. A Node without the label (the control plane, another tenant's)
-/// is never a task's node, whatever its name (docs/security.md).
-pub fn resolve<'a, I>(machine_id: &str, nodes: I) -> Result<String, NodeError>
-where
-    I: IntoIterator<Item = (&'a str, Option<&'a BTreeMap<String, String>>)> + Clone,
-{
-    let labelled: Vec<&str> = nodes
-        .into_iter()
-        .filter(|(_, l)| {
-            l.and_then(|l| l.get(labels::HOST))
-                .is_some_and(|v| v == machine_id)
-        })
-        .map(|(n, _)| n)
-        .collect();
-    match labelled.as_slice() {
-        [one] => Ok((*one).to_string()),
-        [] => Err(NodeError::NotFound {
-            id: machine_id.to_string(),
-            label: labels::HOST,
-        }),
-        many => Err(ambiguous(machine_id, "the host label", many)),
+/// Nodes by their host label.
+#[derive(Default)]
+pub struct NodeIndex {
+    inner: RwLock<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Host label value -> the Nodes that carry it.
+    by_host: HashMap<String, BTreeSet<String>>,
+    /// Node -> its host label value, to move or drop it.
+    host_of: HashMap<String, String>,
+    /// A relist in progress: what it has listed so far.
+    relist: Option<Vec<(String, Option<String>)>>,
+}
+
+/// A Node's name and host label (None: not labelled, never a task's node).
+fn key(n: &Node) -> (String, Option<String>) {
+    (n.name_any(), n.labels().get(labels::HOST).cloned())
+}
+
+impl Inner {
+    fn apply(&mut self, (name, host): (String, Option<String>)) {
+        self.delete(&name);
+        if let Some(host) = host {
+            self.by_host
+                .entry(host.clone())
+                .or_default()
+                .insert(name.clone());
+            self.host_of.insert(name, host);
+        }
+    }
+
+    fn delete(&mut self, name: &str) {
+        if let Some(host) = self.host_of.remove(name)
+            && let Some(set) = self.by_host.get_mut(&host)
+        {
+            set.remove(name);
+            if set.is_empty() {
+                self.by_host.remove(&host);
+            }
+        }
+    }
+}
+
+impl NodeIndex {
+    /// Takes one event of the Node watch.
+    pub fn observe(&self, ev: &watcher::Event<Node>) {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        match ev {
+            watcher::Event::Apply(n) => inner.apply(key(n)),
+            watcher::Event::Delete(n) => inner.delete(&n.name_any()),
+            watcher::Event::Init => inner.relist = Some(Vec::new()),
+            watcher::Event::InitApply(n) => {
+                let k = key(n);
+                match inner.relist.as_mut() {
+                    Some(listed) => listed.push(k),
+                    None => inner.apply(k),
+                }
+            }
+            watcher::Event::InitDone => {
+                // The relist is the whole truth: what it did not list is gone.
+                let listed = inner.relist.take().unwrap_or_default();
+                inner.by_host.clear();
+                inner.host_of.clear();
+                for k in listed {
+                    inner.apply(k);
+                }
+            }
+        }
+    }
+
+    /// The Node a task with `machine_id` runs on: the single Node labelled
+    /// `envbridge.dev/host=<id>`. A Node without the label (the control plane, another
+    /// tenant's) is never a task's node, whatever its name (docs/security.md).
+    pub fn resolve(&self, machine_id: &str) -> Result<String, NodeError> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let labelled: Vec<&str> = inner
+            .by_host
+            .get(machine_id)
+            .map(|s| s.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        match labelled.as_slice() {
+            [one] => Ok((*one).to_string()),
+            [] => Err(NodeError::NotFound {
+                id: machine_id.to_string(),
+                label: labels::HOST,
+            }),
+            many => Err(ambiguous(machine_id, "the host label", many)),
+        }
     }
 }
 
@@ -61,39 +137,67 @@ fn ambiguous(id: &str, rule: &'static str, nodes: &[&str]) -> NodeError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
-    fn node(name: &str, host: Option<&str>) -> (String, BTreeMap<String, String>) {
-        let mut l = BTreeMap::new();
-        if let Some(h) = host {
-            l.insert(labels::HOST.to_string(), h.to_string());
-        }
-        (name.to_string(), l)
+    fn node(name: &str, host: Option<&str>) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.metadata.labels =
+            host.map(|h| BTreeMap::from([(labels::HOST.to_string(), h.to_string())]));
+        n
     }
 
-    fn run(id: &str, nodes: &[(String, BTreeMap<String, String>)]) -> Result<String, NodeError> {
-        resolve(id, nodes.iter().map(|(n, l)| (n.as_str(), Some(l))))
+    fn index(nodes: &[Node]) -> NodeIndex {
+        let ix = NodeIndex::default();
+        for n in nodes {
+            ix.observe(&watcher::Event::Apply(n.clone()));
+        }
+        ix
     }
 
     #[test]
     fn label_wins_over_name() {
-        let nodes = [
+        let ix = index(&[
             node("flp001", None),
             node("x.cluster.local", Some("flp001")),
-        ];
-        assert_eq!(run("flp001", &nodes).unwrap(), "x.cluster.local");
+        ]);
+        assert_eq!(ix.resolve("flp001").unwrap(), "x.cluster.local");
     }
 
     #[test]
     fn a_node_without_the_label_is_never_chosen() {
         // Named like the host (or its FQDN), but not labelled: no task goes there.
-        let nodes = [node("flp001", None), node("flp001.cluster.local", None)];
-        let err = run("flp001", &nodes).unwrap_err();
+        let ix = index(&[node("flp001", None), node("flp001.cluster.local", None)]);
+        let err = ix.resolve("flp001").unwrap_err();
         assert!(matches!(err, NodeError::NotFound { .. }), "{err}");
         assert!(err.to_string().contains("envbridge.dev/host=flp001"));
-        let nodes = [node("a", Some("h")), node("b", Some("h"))];
+        let ix = index(&[node("b", Some("h")), node("a", Some("h"))]);
         assert_eq!(
-            run("h", &nodes).unwrap_err().to_string(),
+            ix.resolve("h").unwrap_err().to_string(),
             "machine_id \"h\" is ambiguous: the host label matches several Nodes (a, b)"
         );
+    }
+
+    #[test]
+    fn relabel_delete_and_relist() {
+        let ix = index(&[node("n1", Some("h1")), node("n2", Some("h2"))]);
+        // Relabelled: found under its new host only.
+        ix.observe(&watcher::Event::Apply(node("n1", Some("h3"))));
+        assert!(ix.resolve("h1").is_err());
+        assert_eq!(ix.resolve("h3").unwrap(), "n1");
+        // Its label removed: no task's node any more.
+        ix.observe(&watcher::Event::Apply(node("n1", None)));
+        assert!(ix.resolve("h3").is_err());
+        ix.observe(&watcher::Event::Delete(node("n2", Some("h2"))));
+        assert!(ix.resolve("h2").is_err());
+        // A relist replaces everything at its end; until then the old view stands.
+        ix.observe(&watcher::Event::Apply(node("n4", Some("h4"))));
+        ix.observe(&watcher::Event::Init);
+        ix.observe(&watcher::Event::InitApply(node("n5", Some("h5"))));
+        assert_eq!(ix.resolve("h4").unwrap(), "n4");
+        assert!(ix.resolve("h5").is_err());
+        ix.observe(&watcher::Event::InitDone);
+        assert!(ix.resolve("h4").is_err());
+        assert_eq!(ix.resolve("h5").unwrap(), "n5");
     }
 }

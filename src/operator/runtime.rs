@@ -57,6 +57,29 @@ where
         + Sync
         + 'static,
 {
+    reflect_into(api, cfg, trim, |_| {})
+}
+
+/// [`reflect`], each event also given to `feed` before the store takes it: once the store
+/// has listed (the gate reconciles wait for), whatever `feed` fills has too.
+fn reflect_into<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    trim: fn(&mut K),
+    feed: impl Fn(&watcher::Event<K>) + Send + 'static,
+) -> (
+    Store<K>,
+    impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
     let (reader, writer) = reflector::store();
     let stream = reflector::reflector(
         writer,
@@ -65,6 +88,11 @@ where
             .modify(move |o: &mut K| {
                 o.managed_fields_mut().clear();
                 trim(o);
+            })
+            .inspect(move |ev| {
+                if let Ok(ev) = ev {
+                    feed(ev);
+                }
             }),
     );
     (reader, stream)
@@ -177,7 +205,15 @@ pub async fn run_controllers(
     );
     let (task_sets, set_stream) =
         reflect(scoped::<TaskSet>(&client, ns), sharded.clone(), trim::keep);
-    let (nodes, node_stream) = reflect(Api::<Node>::all(client.clone()), plain.clone(), trim::node);
+    // The Node watch feeds the index a pod's node is looked up in (the store: the listed gate).
+    let node_index: Arc<super::nodes::NodeIndex> = Arc::default();
+    let ix = node_index.clone();
+    let (nodes, node_stream) = reflect_into(
+        Api::<Node>::all(client.clone()),
+        plain.clone(),
+        trim::node,
+        move |ev| ix.observe(ev),
+    );
     let (templates, tmpl_stream) = reflect(
         Api::<TaskTemplate>::all(client.clone()),
         plain.clone(),
@@ -226,7 +262,7 @@ pub async fn run_controllers(
         task_index: Arc::default(),
         pods,
         services,
-        nodes,
+        node_index,
         templates,
         task_sets,
         verified: DashSet::new(),

@@ -15,7 +15,6 @@ use super::outcome::{Step, fail};
 use crate::crd::{Task, TaskStatus};
 use crate::operator::context::Ctx;
 use crate::operator::names::{service_name, task_annotations};
-use crate::operator::nodes::resolve;
 use crate::operator::pod::build_pod;
 use crate::operator::pod_status::PodView;
 use crate::operator::service::{build_service, service_matches};
@@ -73,19 +72,7 @@ pub(super) async fn create_pod(
     if let Some(run) = hook_run {
         annotations.insert(HOOK_RUN.into(), run.into());
     }
-    let node = match resolve(
-        &tref.node,
-        ctx.nodes
-            .state()
-            .iter()
-            .map(|n| {
-                (
-                    n.metadata.name.as_deref().unwrap_or(""),
-                    n.metadata.labels.as_ref(),
-                )
-            })
-            .collect::<Vec<_>>(),
-    ) {
+    let node = match ctx.node_index.resolve(&tref.node) {
         Ok(n) => n,
         Err(e) => {
             fail(st, task, e.to_string());
