@@ -653,9 +653,20 @@ pub async fn serve(
         None => Api::all(client),
     };
     let wc = watcher::Config::default().labels(&args.selector);
-    let mut events = watcher::watcher(pods.clone(), wc)
-        .backoff(crate::launch::watch_backoff::watch_backoff())
-        .boxed();
+    let watch =
+        watcher::watcher(pods.clone(), wc).backoff(crate::launch::watch_backoff::watch_backoff());
+    // The watch is read by a task of its own, so that a burst of pod events leaves the
+    // connection at once, whatever starting simulators takes meanwhile: a watcher that falls
+    // behind is cut off by the apiserver as unresponsive and resumes from where it was.
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let reader = tokio::spawn(async move {
+        let mut watch = watch.boxed();
+        while let Some(ev) = watch.next().await {
+            if tx.send(ev).is_err() {
+                return;
+            }
+        }
+    });
     let stop = Arc::new(tokio::sync::Notify::new());
     let stop2 = stop.clone();
     tokio::spawn(async move {
@@ -682,7 +693,7 @@ pub async fn serve(
     let mut tick = tokio::time::interval(TICK);
     loop {
         tokio::select! {
-            ev = events.next() => match ev {
+            ev = events.recv() => match ev {
                 Some(Ok(ev)) => runner.handle(ev).await,
                 // The backoff wrapper retries; report and carry on.
                 Some(Err(e)) => warn!("sim runner: pod watch error (retrying): {e}"),
@@ -698,6 +709,7 @@ pub async fn serve(
             }
         }
     }
+    reader.abort();
     runner.stop_all().await;
     Ok(())
 }
