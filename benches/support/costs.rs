@@ -22,6 +22,8 @@ pub struct Snapshot {
     requests: BTreeMap<String, (f64, f64)>,
     /// Watch events sent, by kind.
     watch_events: BTreeMap<String, f64>,
+    /// Watchers the apiserver cut off as unresponsive, by resource.
+    cut_watchers: BTreeMap<String, f64>,
 }
 
 /// The difference of two snapshots, in seconds.
@@ -36,6 +38,9 @@ pub struct Cost {
     pub by_request: Vec<(String, f64, f64)>,
     /// Watch events sent by kind, most first.
     pub events_by_kind: Vec<(String, f64)>,
+    /// Watchers cut off as unresponsive by resource, most first: each resumes from its last
+    /// event and is sent everything since again (kwok then plays those events again).
+    pub cut_watchers: Vec<(String, f64)>,
 }
 
 impl Snapshot {
@@ -43,13 +48,14 @@ impl Snapshot {
     /// answer: the CPU part still says something).
     pub async fn take(admin: &Client) -> Snapshot {
         let metrics = apiserver_metrics(admin).await.unwrap_or_default();
-        let (requests, watch_events) = parse_metrics(&metrics);
+        let (requests, watch_events, cut_watchers) = parse_metrics(&metrics);
         Snapshot {
             at: Instant::now(),
             procs: processes(),
             machine: machine_ticks(),
             requests,
             watch_events,
+            cut_watchers,
         }
     }
 
@@ -69,18 +75,17 @@ impl Snapshot {
             .filter(|(_, _, n)| *n > 0.0)
             .collect();
         by_request.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let mut events_by_kind: Vec<(String, f64)> = later
-            .watch_events
-            .iter()
-            .map(|(k, n)| {
-                (
-                    k.clone(),
-                    n - self.watch_events.get(k).copied().unwrap_or(0.0),
-                )
-            })
-            .filter(|(_, n)| *n > 0.0)
-            .collect();
-        events_by_kind.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let grown = |before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>| {
+            let mut v: Vec<(String, f64)> = after
+                .iter()
+                .map(|(k, n)| (k.clone(), n - before.get(k).copied().unwrap_or(0.0)))
+                .filter(|(_, n)| *n > 0.0)
+                .collect();
+            v.sort_by(|a, b| b.1.total_cmp(&a.1));
+            v
+        };
+        let events_by_kind = grown(&self.watch_events, &later.watch_events);
+        let cut_watchers = grown(&self.cut_watchers, &later.cut_watchers);
         Cost {
             wall_s: later.at.duration_since(self.at).as_secs_f64(),
             busy_s: later.machine.0.saturating_sub(self.machine.0) as f64 / hz,
@@ -88,6 +93,7 @@ impl Snapshot {
             cpu,
             by_request,
             events_by_kind,
+            cut_watchers,
         }
     }
 }
@@ -128,6 +134,14 @@ impl Cost {
             self.watch_events(),
             kinds.join(", ")
         );
+        if !self.cut_watchers.is_empty() {
+            let cut: Vec<String> = self
+                .cut_watchers
+                .iter()
+                .map(|(k, n)| format!("{k} {n:.0}"))
+                .collect();
+            let _ = write!(s, "; watchers cut off as unresponsive: {}", cut.join(", "));
+        }
         s
     }
 
@@ -253,11 +267,21 @@ async fn apiserver_metrics(admin: &Client) -> Option<String> {
     admin.request_text(req).await.ok()
 }
 
+/// What a reading of the apiserver's metrics gives: request seconds and counts by "VERB
+/// resource[/subresource]", watch events sent by kind, watchers cut off by resource.
+type Parsed = (
+    BTreeMap<String, (f64, f64)>,
+    BTreeMap<String, f64>,
+    BTreeMap<String, f64>,
+);
+
 /// Request seconds and counts by "VERB resource[/subresource]" (watches and connects left
-/// out: their duration is the stream's), and watch events sent by kind.
-fn parse_metrics(text: &str) -> (BTreeMap<String, (f64, f64)>, BTreeMap<String, f64>) {
+/// out: their duration is the stream's), watch events sent by kind, and watchers cut off as
+/// unresponsive by resource.
+fn parse_metrics(text: &str) -> Parsed {
     let mut requests: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     let mut events = BTreeMap::new();
+    let mut cut = BTreeMap::new();
     for line in text.lines() {
         let Some((name, labels, value)) = sample(line) else {
             continue;
@@ -288,10 +312,13 @@ fn parse_metrics(text: &str) -> (BTreeMap<String, (f64, f64)>, BTreeMap<String, 
                     .find(|k| !k.is_empty());
                 *events.entry(kind.unwrap_or("?").to_string()).or_default() += value;
             }
+            "apiserver_terminated_watchers_total" => {
+                *cut.entry(label("resource").to_string()).or_default() += value;
+            }
             _ => {}
         }
     }
-    (requests, events)
+    (requests, events, cut)
 }
 
 /// A sample's labels: (name, value).
