@@ -36,6 +36,7 @@ pub mod task_sets;
 pub mod task_step;
 pub mod transition_args;
 pub mod trim;
+pub mod watch_index;
 
 use std::time::Duration;
 

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::watcher;
 
+use super::watch_index::{Index, Relisting};
 use crate::crd::labels;
 
 /// Why a machine_id names no single Node.
@@ -34,7 +35,7 @@ pub enum NodeError {
 /// Nodes by their host label.
 #[derive(Default)]
 pub struct NodeIndex {
-    inner: RwLock<Inner>,
+    inner: RwLock<Relisting<Inner>>,
 }
 
 #[derive(Default)]
@@ -43,18 +44,19 @@ struct Inner {
     by_host: HashMap<String, BTreeSet<String>>,
     /// Node -> its host label value, to move or drop it.
     host_of: HashMap<String, String>,
-    /// A relist in progress: what it has listed so far.
-    relist: Option<Vec<(String, Option<String>)>>,
 }
 
-/// A Node's name and host label (None: not labelled, never a task's node).
-fn key(n: &Node) -> (String, Option<String>) {
-    (n.name_any(), n.labels().get(labels::HOST).cloned())
-}
+impl Index for Inner {
+    type Object = Node;
+    /// A Node's name and host label (None: not labelled, never a task's node).
+    type Entry = (String, Option<String>);
 
-impl Inner {
-    fn apply(&mut self, (name, host): (String, Option<String>)) {
-        self.delete(&name);
+    fn entry(n: &Node) -> Self::Entry {
+        (n.name_any(), n.labels().get(labels::HOST).cloned())
+    }
+
+    fn apply(&mut self, (name, host): Self::Entry) {
+        self.remove(&name);
         if let Some(host) = host {
             self.by_host
                 .entry(host.clone())
@@ -64,7 +66,18 @@ impl Inner {
         }
     }
 
-    fn delete(&mut self, name: &str) {
+    fn delete(&mut self, n: &Node) {
+        self.remove(&n.name_any());
+    }
+
+    fn clear(&mut self) {
+        self.by_host.clear();
+        self.host_of.clear();
+    }
+}
+
+impl Inner {
+    fn remove(&mut self, name: &str) {
         if let Some(host) = self.host_of.remove(name)
             && let Some(set) = self.by_host.get_mut(&host)
         {
@@ -80,27 +93,7 @@ impl NodeIndex {
     /// Takes one event of the Node watch.
     pub fn observe(&self, ev: &watcher::Event<Node>) {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        match ev {
-            watcher::Event::Apply(n) => inner.apply(key(n)),
-            watcher::Event::Delete(n) => inner.delete(&n.name_any()),
-            watcher::Event::Init => inner.relist = Some(Vec::new()),
-            watcher::Event::InitApply(n) => {
-                let k = key(n);
-                match inner.relist.as_mut() {
-                    Some(listed) => listed.push(k),
-                    None => inner.apply(k),
-                }
-            }
-            watcher::Event::InitDone => {
-                // The relist is the whole truth: what it did not list is gone.
-                let listed = inner.relist.take().unwrap_or_default();
-                inner.by_host.clear();
-                inner.host_of.clear();
-                for k in listed {
-                    inner.apply(k);
-                }
-            }
-        }
+        inner.observe(ev);
     }
 
     /// The Node a task with `machine_id` runs on: the single Node labelled
@@ -109,6 +102,7 @@ impl NodeIndex {
     pub fn resolve(&self, machine_id: &str) -> Result<String, NodeError> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         let labelled: Vec<&str> = inner
+            .index
             .by_host
             .get(machine_id)
             .map(|s| s.iter().map(String::as_str).collect())

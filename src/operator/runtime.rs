@@ -39,30 +39,10 @@ where
 }
 
 /// A watch with backoff, managedFields dropped and `trim` applied (the store keeps only what
-/// the operator reads), mirrored into a store.
+/// the operator reads), mirrored into a store; each event also given to `feed` before the
+/// store takes it: once the store has listed (the gate reconciles wait for), whatever `feed`
+/// fills has too.
 fn reflect<K>(
-    api: Api<K>,
-    cfg: watcher::Config,
-    trim: fn(&mut K),
-) -> (
-    Store<K>,
-    impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
-)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    reflect_into(api, cfg, trim, |_| {})
-}
-
-/// [`reflect`], each event also given to `feed` before the store takes it: once the store
-/// has listed (the gate reconciles wait for), whatever `feed` fills has too.
-fn reflect_into<K>(
     api: Api<K>,
     cfg: watcher::Config,
     trim: fn(&mut K),
@@ -196,19 +176,34 @@ pub async fn run_controllers(
     let plain = watcher::Config::default().any_semantic();
     let sharded = watcher::Config::default().labels(&shard).any_semantic();
 
-    let (tasks, task_stream) = reflect(scoped::<Task>(&client, ns), managed.clone(), trim::task);
-    let (pods, pod_stream) = reflect(scoped::<StoredPod>(&client, ns), managed.clone(), trim::pod);
+    let (tasks, task_stream) = reflect(
+        scoped::<Task>(&client, ns),
+        managed.clone(),
+        trim::task,
+        |_| {},
+    );
+    let (pods, pod_stream) = reflect(
+        scoped::<StoredPod>(&client, ns),
+        managed.clone(),
+        trim::pod,
+        |_| {},
+    );
     let (services, svc_stream) = reflect(
         scoped::<StoredService>(&client, ns),
         managed.clone(),
         trim::service,
+        |_| {},
     );
-    let (task_sets, set_stream) =
-        reflect(scoped::<TaskSet>(&client, ns), sharded.clone(), trim::keep);
+    let (task_sets, set_stream) = reflect(
+        scoped::<TaskSet>(&client, ns),
+        sharded.clone(),
+        trim::keep,
+        |_| {},
+    );
     // The Node watch feeds the index a pod's node is looked up in (the store: the listed gate).
     let node_index: Arc<super::nodes::NodeIndex> = Arc::default();
     let ix = node_index.clone();
-    let (nodes, node_stream) = reflect_into(
+    let (nodes, node_stream) = reflect(
         Api::<Node>::all(client.clone()),
         plain.clone(),
         trim::node,
@@ -218,6 +213,7 @@ pub async fn run_controllers(
         Api::<TaskTemplate>::all(client.clone()),
         plain.clone(),
         trim::keep,
+        |_| {},
     );
     let background = [
         drain("nodes", node_stream),

@@ -8,6 +8,7 @@ use std::sync::RwLock;
 use kube::ResourceExt;
 use kube::runtime::watcher;
 
+use super::watch_index::{Index, Relisting};
 use crate::crd::Task;
 
 /// (namespace, Environment name).
@@ -15,7 +16,7 @@ type EnvOf = (String, String);
 
 #[derive(Default)]
 pub struct TaskIndex {
-    inner: RwLock<Inner>,
+    inner: RwLock<Relisting<Inner>>,
 }
 
 #[derive(Default)]
@@ -23,20 +24,22 @@ struct Inner {
     by_env: HashMap<EnvOf, BTreeSet<String>>,
     /// (namespace, task) -> its environment, to move or drop it.
     env_of: HashMap<(String, String), String>,
-    /// A relist in progress: what it has listed so far.
-    relist: Option<Vec<(String, String, String)>>,
 }
 
-fn key(t: &Task) -> (String, String, String) {
-    (
-        t.namespace().unwrap_or_default(),
-        t.name_any(),
-        t.spec.environment.clone(),
-    )
-}
+impl Index for Inner {
+    type Object = Task;
+    /// (namespace, task, environment).
+    type Entry = (String, String, String);
 
-impl Inner {
-    fn apply(&mut self, (ns, name, env): (String, String, String)) {
+    fn entry(t: &Task) -> Self::Entry {
+        (
+            t.namespace().unwrap_or_default(),
+            t.name_any(),
+            t.spec.environment.clone(),
+        )
+    }
+
+    fn apply(&mut self, (ns, name, env): Self::Entry) {
         let task = (ns.clone(), name.clone());
         if let Some(old) = self.env_of.get(&task)
             && *old != env
@@ -51,12 +54,20 @@ impl Inner {
         self.env_of.insert(task, env);
     }
 
-    fn delete(&mut self, ns: &str, name: &str) {
-        if let Some(env) = self.env_of.remove(&(ns.to_string(), name.to_string())) {
-            self.remove(&(ns.to_string(), env), name);
+    fn delete(&mut self, t: &Task) {
+        let (ns, name) = (t.namespace().unwrap_or_default(), t.name_any());
+        if let Some(env) = self.env_of.remove(&(ns.clone(), name.clone())) {
+            self.remove(&(ns, env), &name);
         }
     }
 
+    fn clear(&mut self) {
+        self.by_env.clear();
+        self.env_of.clear();
+    }
+}
+
+impl Inner {
     fn remove(&mut self, env: &EnvOf, name: &str) {
         if let Some(set) = self.by_env.get_mut(env) {
             set.remove(name);
@@ -71,36 +82,14 @@ impl TaskIndex {
     /// Takes one event of the Task watch.
     pub fn observe(&self, ev: &watcher::Event<Task>) {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        match ev {
-            watcher::Event::Apply(t) => inner.apply(key(t)),
-            watcher::Event::Delete(t) => {
-                let (ns, name, _) = key(t);
-                inner.delete(&ns, &name);
-            }
-            watcher::Event::Init => inner.relist = Some(Vec::new()),
-            watcher::Event::InitApply(t) => {
-                let k = key(t);
-                match inner.relist.as_mut() {
-                    Some(listed) => listed.push(k),
-                    None => inner.apply(k),
-                }
-            }
-            watcher::Event::InitDone => {
-                // The relist is the whole truth: what it did not list is gone.
-                let listed = inner.relist.take().unwrap_or_default();
-                inner.by_env.clear();
-                inner.env_of.clear();
-                for k in listed {
-                    inner.apply(k);
-                }
-            }
-        }
+        inner.observe(ev);
     }
 
     /// The names of the tasks of `env` in `namespace`, sorted.
     pub fn names(&self, namespace: &str, env: &str) -> Vec<String> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         inner
+            .index
             .by_env
             .get(&(namespace.to_string(), env.to_string()))
             .map(|s| s.iter().cloned().collect())
