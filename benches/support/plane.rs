@@ -28,6 +28,7 @@ pub async fn reuse_or_start(real_nodes: usize, kwok_hosts: &[&str]) -> Res<(Clus
             .max(kwok_hosts.len() as u32),
         real_nodes: real_nodes as u32,
         exe: Some(env!("CARGO_BIN_EXE_envbridge").into()),
+        ..Default::default()
     };
     println!("starting what the control plane lacks: {spec:?}");
     let info = envbridge::dev::ensure_up_with(&spec).await?;

@@ -227,6 +227,7 @@ async fn demo(
         nodes,
         real_nodes: real,
         exe: None,
+        ..Default::default()
     };
     let info = envbridge::dev::ensure_up_with(&spec)
         .await

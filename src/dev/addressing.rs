@@ -28,6 +28,16 @@ pub const FALLBACK_NODE_IP: &str = "127.127.254.1";
 pub const HOST_LABEL: &str = "envbridge.dev/host";
 /// Label kwok selects its managed nodes by.
 pub const KWOK_NODE_LABEL: (&str, &str) = ("type", "kwok");
+/// Label naming the kwok process (its shard, from 0) that manages a simulated node, on a
+/// plane with more than one (see `dev::plane::kwok`).
+pub const KWOK_SHARD_LABEL: &str = "envbridge.dev/kwok-shard";
+
+/// The kwok shard of node `n` (1-based) on a plane of `shards` kwok processes: nodes taken in
+/// turn, so that a run's pods, in whatever order of nodes they come, load every shard alike.
+/// None with one kwok (it manages every simulated node; no label).
+pub fn kwok_shard(n: u32, shards: u32) -> Option<u32> {
+    (shards > 1 && n > 0).then(|| (n - 1) % shards)
+}
 
 /// Label saying whether a node runs containers: `real` (a kubelet) or `simulated` (kwok).
 pub const NODE_KIND_LABEL: &str = "envbridge.dev/node-kind";

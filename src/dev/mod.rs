@@ -62,6 +62,10 @@ pub enum DevCommand {
         /// Real nodes (a kubelet and a containerd each, running containers): real001 ...
         #[arg(long, default_value_t = 0)]
         real_nodes: u32,
+        /// kwok processes sharing the simulated nodes when the plane starts [default: one per
+        /// 500 nodes]; a running plane keeps its own.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+        kwok_shards: Option<u32>,
     },
     /// Build the images (localhost/envbridge:dev and its pause image) from this executable
     /// and import them into every real node's containerd.
@@ -94,7 +98,11 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
 pub fn run(cmd: DevCommand) -> ExitCode {
     match cmd {
         DevCommand::SimRunner(args) => sim_runner::run(args),
-        DevCommand::Up { nodes, real_nodes } => {
+        DevCommand::Up {
+            nodes,
+            real_nodes,
+            kwok_shards,
+        } => {
             let rt = match runtime() {
                 Ok(rt) => rt,
                 Err(e) => return fail(e),
@@ -103,6 +111,7 @@ pub fn run(cmd: DevCommand) -> ExitCode {
                 nodes,
                 real_nodes,
                 exe: None,
+                kwok_shards,
             };
             match rt.block_on(ensure_up_with(&spec)) {
                 Ok(info) => {

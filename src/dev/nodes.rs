@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 
-use super::addressing::{self, HOST_LABEL, KWOK_NODE_LABEL, NODE_KIND_LABEL};
+use super::addressing::{self, HOST_LABEL, KWOK_NODE_LABEL, KWOK_SHARD_LABEL, NODE_KIND_LABEL};
 use super::error::{DevError, Result};
 
 /// A Node named `name` with `labels`, its loopback InternalIP `ip` and its host name as
@@ -52,8 +52,8 @@ fn node(
     }
 }
 
-/// The Node object for node `n` (1-based).
-pub fn node_object(n: u32) -> Result<Node> {
+/// The Node object for node `n` (1-based) on a plane of `kwok_shards` kwok processes.
+pub fn node_object(n: u32, kwok_shards: u32) -> Result<Node> {
     let ip = addressing::node_ip(n).ok_or_else(|| {
         DevError::Invalid(format!(
             "node index {n} outside 1..={}",
@@ -66,11 +66,14 @@ pub fn node_object(n: u32) -> Result<Node> {
         ("kwok.x-k8s.io/node".to_string(), "fake".to_string()),
         ("node.alpha.kubernetes.io/ttl".to_string(), "0".to_string()),
     ]);
-    let labels = vec![
+    let mut labels = vec![
         (HOST_LABEL, addressing::host_name(n)),
         (KWOK_NODE_LABEL.0, KWOK_NODE_LABEL.1.to_string()),
         (NODE_KIND_LABEL, addressing::NODE_KIND_SIMULATED.to_string()),
     ];
+    if let Some(shard) = addressing::kwok_shard(n, kwok_shards) {
+        labels.push((KWOK_SHARD_LABEL, shard.to_string()));
+    }
     let spec = NodeSpec {
         pod_cidr: Some(cidr.clone()),
         pod_cidrs: Some(vec![cidr]),
@@ -102,8 +105,8 @@ pub fn real_node_object(r: u32, ip: std::net::Ipv4Addr) -> Result<Node> {
     Ok(node(addressing::real_node_name(r), ip, labels, None, None))
 }
 
-/// Create nodes 1..=count that do not exist yet.
-pub async fn ensure_nodes(client: &Client, count: u32) -> Result<()> {
+/// Create nodes 1..=count that do not exist yet, each labelled for its kwok shard.
+pub async fn ensure_nodes(client: &Client, count: u32, kwok_shards: u32) -> Result<()> {
     let api: Api<Node> = Api::all(client.clone());
     let existing = existing_indices(&api).await?;
     let missing: Vec<u32> = (1..=count).filter(|n| !existing.contains(n)).collect();
@@ -115,7 +118,7 @@ pub async fn ensure_nodes(client: &Client, count: u32) -> Result<()> {
         .map(|n| {
             let api = api.clone();
             async move {
-                let node = node_object(n)?;
+                let node = node_object(n, kwok_shards)?;
                 match api.create(&PostParams::default(), &node).await {
                     Ok(_) => Ok(()),
                     Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
@@ -217,7 +220,7 @@ pub async fn wait_ready(
         check()?;
         if start.elapsed() > timeout {
             return Err(DevError::NotReady(format!(
-                "only {ready} of {count} nodes Ready after {timeout:?} (see kwok.log)"
+                "only {ready} of {count} nodes Ready after {timeout:?} (see kwok*.log)"
             )));
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -230,7 +233,7 @@ mod tests {
 
     #[test]
     fn node_object_carries_label_addresses_and_cidr() {
-        let n = node_object(3).expect("node");
+        let n = node_object(3, 1).expect("node");
         assert_eq!(n.metadata.name.as_deref(), Some("flp003.cluster.local"));
         assert_eq!(
             host_indices(&["flp002".into(), "alio2-cr1-flp001".into(), "flp005".into()]),
@@ -256,7 +259,8 @@ mod tests {
             .expect("addrs");
         assert_eq!(addrs[0].type_, "InternalIP");
         assert_eq!(addrs[0].address, "127.1.0.3");
-        assert!(node_object(0).is_err());
+        assert!(!labels.contains_key(KWOK_SHARD_LABEL), "one kwok: no shard");
+        assert!(node_object(0, 1).is_err());
         let r = real_node_object(2, [127, 3, 0, 2].into()).expect("real node");
         let labels = r.metadata.labels.as_ref().expect("labels");
         assert_eq!(labels[NODE_KIND_LABEL], "real");
@@ -264,5 +268,21 @@ mod tests {
         assert!(!labels.contains_key("type"), "kwok would manage it");
         let addrs = r.status.and_then(|s| s.addresses).expect("addrs");
         assert_eq!(addrs[0].address, "127.3.0.2");
+    }
+
+    #[test]
+    fn nodes_are_dealt_to_kwok_shards_in_turn() {
+        let shard = |n: u32| {
+            node_object(n, 3)
+                .expect("node")
+                .metadata
+                .labels
+                .expect("labels")[KWOK_SHARD_LABEL]
+                .clone()
+        };
+        assert_eq!(
+            (1..=7).map(shard).collect::<Vec<_>>(),
+            ["0", "1", "2", "0", "1", "2", "0"]
+        );
     }
 }

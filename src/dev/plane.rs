@@ -21,6 +21,7 @@ use super::state::{self, Component, PlaneState};
 
 #[cfg(feature = "test-support")]
 mod apiserver_restart;
+mod kwok;
 #[cfg(feature = "test-support")]
 mod node_ready;
 #[cfg(feature = "test-support")]
@@ -167,6 +168,9 @@ pub struct UpSpec {
     pub real_nodes: u32,
     /// The envbridge executable whose images real nodes run [default: this executable].
     pub exe: Option<PathBuf>,
+    /// kwok processes sharing the simulated nodes, for a plane started now [default: one per
+    /// 500 nodes]; a running plane keeps its own.
+    pub kwok_shards: Option<u32>,
 }
 
 /// [`ensure_up`] with real nodes too (the default plane).
@@ -209,7 +213,7 @@ pub async fn ensure_up_in_with(
         if all_alive(&st) {
             let client = client_for(&st.kubeconfig).await?;
             if readyz(&client).await.is_ok() {
-                nodes::ensure_nodes(&client, nodes).await?;
+                nodes::ensure_nodes(&client, nodes, st.kwok_shards).await?;
                 nodes::wait_ready(&client, nodes, READY_TIMEOUT, || Ok(())).await?;
                 if nodes > st.nodes {
                     st.nodes = nodes;
@@ -228,7 +232,11 @@ pub async fn ensure_up_in_with(
     let bins = tokio::task::spawn_blocking(binaries::ensure_built)
         .await
         .map_err(|e| DevError::Build(format!("build task failed: {e}")))??;
-    let info = start(&bins, dir, nodes, apiserver_extra_args).await?;
+    let kwok_shards = spec
+        .kwok_shards
+        .unwrap_or_else(|| kwok::shards_for(nodes))
+        .clamp(1, nodes);
+    let info = start(&bins, dir, nodes, kwok_shards, apiserver_extra_args).await?;
     if spec.real_nodes == 0 {
         return Ok(info);
     }
@@ -286,6 +294,7 @@ async fn start(
     bins: &Binaries,
     dir: &Path,
     nodes: u32,
+    kwok_shards: u32,
     apiserver_extra_args: &[String],
 ) -> Result<ClusterInfo> {
     let started = Instant::now();
@@ -318,6 +327,7 @@ async fn start(
         etcd_peer_port,
         kubeconfig: kubeconfig_path,
         nodes: 0,
+        kwok_shards,
         components: Vec::new(),
         apiserver_extra_args: apiserver_extra_args.to_vec(),
         real_nodes: Vec::new(),
@@ -348,7 +358,7 @@ fn s<T: std::fmt::Display>(v: T) -> String {
 }
 
 fn launch(
-    name: &'static str,
+    name: &str,
     binary: &Path,
     args: Vec<String>,
     dir: &Path,
@@ -504,7 +514,7 @@ async fn start_components(
         "kube-controller-manager",
         &bins.controller_manager,
         vec![
-            kubeconfig_arg.clone(),
+            kubeconfig_arg,
             s("--bind-address=127.0.0.1"),
             s("--secure-port=0"),
             format!("--root-ca-file={}", pki.ca_cert.display()),
@@ -525,36 +535,19 @@ async fn start_components(
         dir,
         st,
     )?;
-    let kwok = launch(
-        "kwok",
-        &bins.kwok,
-        vec![
-            kubeconfig_arg,
-            format!("--config={}", dir.join("kwok.yaml").display()),
-            s("--manage-all-nodes=false"),
-            format!(
-                "--manage-nodes-with-label-selector={}={}",
-                addressing::KWOK_NODE_LABEL.0,
-                addressing::KWOK_NODE_LABEL.1
-            ),
-            format!("--cidr={}", addressing::FALLBACK_POD_CIDR),
-            format!("--node-ip={}", addressing::FALLBACK_NODE_IP),
-        ],
-        dir,
-        st,
-    )?;
+    let kwoks = kwok::launch_all(bins, dir, st)?;
 
-    nodes::ensure_nodes(&client, nodes).await?;
+    nodes::ensure_nodes(&client, nodes, st.kwok_shards).await?;
     st.nodes = nodes;
     state::save(dir, st)?;
     nodes::wait_ready(&client, nodes, READY_TIMEOUT, || {
-        match process::alive(kwok.pid, &kwok.binary) {
-            true => Ok(()),
-            false => Err(died(&kwok, "exited")),
+        match kwoks.iter().find(|k| !process::alive(k.pid, &k.binary)) {
+            None => Ok(()),
+            Some(k) => Err(died(k, "exited")),
         }
     })
     .await?;
-    for c in [&etcd, &apiserver, &kcm, &kwok] {
+    for c in [&etcd, &apiserver, &kcm].into_iter().chain(&kwoks) {
         if !process::alive(c.pid, &c.binary) {
             return Err(died(c, "exited"));
         }

@@ -25,6 +25,10 @@ pub struct PlaneState {
     pub etcd_peer_port: u16,
     pub kubeconfig: PathBuf,
     pub nodes: u32,
+    /// kwok processes, each managing the simulated nodes of its shard (a plane recorded
+    /// before shards had one).
+    #[serde(default = "one")]
+    pub kwok_shards: u32,
     pub components: Vec<Component>,
     /// Flags appended to kube-apiserver's (a private plane's own limits); kept so that a
     /// restarted apiserver runs as before.
@@ -36,6 +40,10 @@ pub struct PlaneState {
 }
 
 pub const FILE: &str = "state.json";
+
+fn one() -> u32 {
+    1
+}
 
 pub fn load(dir: &Path) -> Result<Option<PlaneState>> {
     let path = dir.join(FILE);
@@ -79,6 +87,7 @@ mod tests {
             etcd_peer_port: 3,
             kubeconfig: "/k".into(),
             nodes: 4,
+            kwok_shards: 3,
             components: vec![Component {
                 name: "etcd".into(),
                 pid: 5,
@@ -89,7 +98,15 @@ mod tests {
             real_nodes: Vec::new(),
         };
         save(dir.path(), &s).expect("save");
-        assert_eq!(load(dir.path()).expect("load"), Some(s));
+        assert_eq!(load(dir.path()).expect("load"), Some(s.clone()));
+        // A plane recorded before kwok shards ran one kwok.
+        let mut old = serde_json::to_value(&s).expect("json");
+        old.as_object_mut().expect("object").remove("kwok_shards");
+        std::fs::write(dir.path().join(FILE), old.to_string()).expect("old");
+        assert_eq!(
+            load(dir.path()).expect("old").map(|s| s.kwok_shards),
+            Some(1)
+        );
         std::fs::write(dir.path().join(FILE), "{").expect("corrupt");
         let err = load(dir.path()).expect_err("corrupt");
         assert!(err.to_string().contains("state.json"), "{err}");

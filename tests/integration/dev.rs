@@ -13,6 +13,8 @@ use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 
 use crate::support::{self, TestNamespace};
 
+mod kwok_shards;
+
 const WAIT: Duration = Duration::from_secs(60);
 
 fn pod(name: &str, node: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
@@ -385,6 +387,7 @@ async fn a_real_node_joins_runs_a_container_and_leaves_nothing_after_down() {
         nodes: 1,
         real_nodes: 1,
         exe: Some(env!("CARGO_BIN_EXE_envbridge").into()),
+        ..Default::default()
     };
     let up = envbridge::dev::ensure_up_in_with(&dir, &spec, &[]).await;
     let nodes = envbridge::dev::real_nodes_in(&dir).unwrap_or_default();

@@ -428,6 +428,7 @@ async fn a_kubelet_stopped_alone_fails_nothing_and_a_node_lost_fails_its_tasks_w
         nodes: crate::support::NODES,
         real_nodes: crate::support::REAL_NODES,
         exe: Some(env!("CARGO_BIN_EXE_envbridge").into()),
+        ..Default::default()
     };
     envbridge::dev::ensure_up_with(&spec).await?;
     destroy(&fx, "el").await?;

@@ -53,6 +53,7 @@ pub async fn real_cluster() -> ClusterInfo {
             nodes: NODES,
             real_nodes: REAL_NODES,
             exe: Some(env!("CARGO_BIN_EXE_envbridge").into()),
+            ..Default::default()
         };
         match envbridge::dev::ensure_up_with(&spec).await {
             Ok(info) => info,

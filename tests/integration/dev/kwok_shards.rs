@@ -1,0 +1,102 @@
+//! A private plane whose simulated nodes are shared by several kwok processes: each node is
+//! labelled for one shard, each kwok selects only its shard, and a pod on any node runs.
+
+use envbridge::dev::{UpSpec, addressing};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::PostParams;
+
+use super::{pod, pod_ip, wait_phase};
+
+/// The label selector of every running kwok of the plane in `dir` (from its command line).
+fn kwok_selectors(dir: &std::path::Path) -> Vec<String> {
+    let dir = dir.to_string_lossy();
+    let mut out: Vec<String> = std::fs::read_dir("/proc")
+        .expect("proc")
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).into_owned())
+        .filter(|c| c.contains(&*dir) && c.split('\0').next().is_some_and(|b| b.ends_with("/kwok")))
+        .filter_map(|c| {
+            c.split('\0')
+                .find_map(|a| a.strip_prefix("--manage-nodes-with-label-selector="))
+                .map(str::to_string)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_kwok_shards_share_the_nodes_and_each_node_runs_its_pods() {
+    let tmp = tempfile::Builder::new()
+        .prefix("envbridge-kwok-shards-")
+        .tempdir()
+        .expect("tmp");
+    let dir = tmp.path().join("dev");
+    let spec = UpSpec {
+        nodes: 5,
+        kwok_shards: Some(3),
+        ..Default::default()
+    };
+    let result = async {
+        let info = envbridge::dev::ensure_up_in_with(&dir, &spec, &[])
+            .await
+            .map_err(|e| format!("private plane with 3 kwok shards: {e}"))?;
+        assert_eq!(
+            kwok_selectors(&dir),
+            [
+                "type=kwok,envbridge.dev/kwok-shard=0",
+                "type=kwok,envbridge.dev/kwok-shard=1",
+                "type=kwok,envbridge.dev/kwok-shard=2"
+            ]
+        );
+        // Grown by one node: the plane keeps its shards and deals the new node to one.
+        let grown = UpSpec {
+            nodes: 6,
+            ..spec.clone()
+        };
+        envbridge::dev::ensure_up_in_with(&dir, &grown, &[])
+            .await
+            .map_err(|e| format!("growing the plane to 6 nodes: {e}"))?;
+        assert_eq!(kwok_selectors(&dir).len(), 3, "no kwok added or lost");
+        let client = envbridge::dev::client_for(&info.kubeconfig)
+            .await
+            .map_err(|e| e.to_string())?;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let pods: Api<Pod> = Api::namespaced(client, "default");
+        for n in 1..=6u32 {
+            let node = nodes
+                .get(&addressing::node_name(n))
+                .await
+                .map_err(|e| e.to_string())?;
+            let labels = node.metadata.labels.unwrap_or_default();
+            assert_eq!(
+                labels.get(addressing::KWOK_SHARD_LABEL),
+                Some(&((n - 1) % 3).to_string()),
+                "node {n}'s shard"
+            );
+            let name = format!("p{n}");
+            pods.create(
+                &PostParams::default(),
+                &pod(&name, &addressing::node_name(n), &[], &[]),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        }
+        for n in 1..=6u32 {
+            let p = wait_phase(&pods, &format!("p{n}"), "Running").await;
+            let cidr = addressing::pod_cidr(n).ok_or("cidr")?;
+            let ip = pod_ip(&p).to_string();
+            assert!(
+                ip.starts_with(cidr.trim_end_matches("0/24")),
+                "pod on node {n}: {ip} not in {cidr}"
+            );
+        }
+        Ok::<_, String>(())
+    }
+    .await;
+    envbridge::dev::down_in(&dir).expect("down");
+    result.unwrap_or_else(|e| panic!("{e}"));
+    assert!(kwok_selectors(&dir).is_empty(), "a kwok left after down");
+}
