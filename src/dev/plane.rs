@@ -109,8 +109,14 @@ async fn lock_async(dir: &Path) -> Result<std::fs::File> {
         .map_err(|e| DevError::Invalid(format!("lock task failed: {e}")))?
 }
 
+/// The components a whole plane records: etcd, kube-apiserver, kube-controller-manager and
+/// each kwok shard.
+fn component_count(st: &PlaneState) -> usize {
+    3 + st.kwok_shards.max(1) as usize
+}
+
 fn all_alive(st: &PlaneState) -> bool {
-    st.components.len() == 4
+    st.components.len() == component_count(st)
         && st
             .components
             .iter()
@@ -593,7 +599,10 @@ pub struct Status {
 impl Status {
     pub fn up(&self) -> bool {
         self.ready
-            && self.alive.len() == 4
+            && self
+                .state
+                .as_ref()
+                .is_some_and(|st| self.alive.len() == component_count(st))
             && self.alive.iter().chain(&self.real_alive).all(|(_, a)| *a)
     }
 }

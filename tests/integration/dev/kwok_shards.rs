@@ -8,23 +8,33 @@ use kube::api::PostParams;
 
 use super::{pod, pod_ip, wait_phase};
 
-/// The label selector of every running kwok of the plane in `dir` (from its command line).
-fn kwok_selectors(dir: &std::path::Path) -> Vec<String> {
+/// The label selector of every running kwok of the plane in `dir` (from its command line),
+/// with its pid.
+fn kwoks(dir: &std::path::Path) -> Vec<(String, String)> {
     let dir = dir.to_string_lossy();
-    let mut out: Vec<String> = std::fs::read_dir("/proc")
+    let mut out: Vec<(String, String)> = std::fs::read_dir("/proc")
         .expect("proc")
         .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).into_owned())
-        .filter(|c| c.contains(&*dir) && c.split('\0').next().is_some_and(|b| b.ends_with("/kwok")))
-        .filter_map(|c| {
-            c.split('\0')
-                .find_map(|a| a.strip_prefix("--manage-nodes-with-label-selector="))
-                .map(str::to_string)
+        .filter_map(|e| {
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            Some((String::from_utf8_lossy(&cmd).into_owned(), e.file_name()))
+        })
+        .filter(|(c, _)| {
+            c.contains(&*dir) && c.split('\0').next().is_some_and(|b| b.ends_with("/kwok"))
+        })
+        .filter_map(|(c, pid)| {
+            let selector = c
+                .split('\0')
+                .find_map(|a| a.strip_prefix("--manage-nodes-with-label-selector="))?;
+            Some((selector.to_string(), pid.to_string_lossy().into_owned()))
         })
         .collect();
     out.sort();
     out
+}
+
+fn kwok_selectors(dir: &std::path::Path) -> Vec<String> {
+    kwoks(dir).into_iter().map(|(s, _)| s).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,7 +61,9 @@ async fn three_kwok_shards_share_the_nodes_and_each_node_runs_its_pods() {
                 "type=kwok,envbridge.dev/kwok-shard=2"
             ]
         );
-        // Grown by one node: the plane keeps its shards and deals the new node to one.
+        // Grown by one node: the running plane is kept (the same kwok processes) and the new
+        // node dealt to one of its shards.
+        let before = kwoks(&dir);
         let grown = UpSpec {
             nodes: 6,
             ..spec.clone()
@@ -59,7 +71,7 @@ async fn three_kwok_shards_share_the_nodes_and_each_node_runs_its_pods() {
         envbridge::dev::ensure_up_in_with(&dir, &grown, &[])
             .await
             .map_err(|e| format!("growing the plane to 6 nodes: {e}"))?;
-        assert_eq!(kwok_selectors(&dir).len(), 3, "no kwok added or lost");
+        assert_eq!(kwoks(&dir), before, "the plane restarted or lost a kwok");
         let client = envbridge::dev::client_for(&info.kubeconfig)
             .await
             .map_err(|e| e.to_string())?;
