@@ -174,8 +174,8 @@ pub struct UpSpec {
     pub real_nodes: u32,
     /// The envbridge executable whose images real nodes run [default: this executable].
     pub exe: Option<PathBuf>,
-    /// kwok processes sharing the simulated nodes, for a plane started now [default: one per
-    /// 500 nodes]; a running plane keeps its own.
+    /// kwok processes sharing the simulated nodes, for a plane started now [default: one];
+    /// a running plane keeps its own.
     pub kwok_shards: Option<u32>,
 }
 
@@ -240,7 +240,7 @@ pub async fn ensure_up_in_with(
         .map_err(|e| DevError::Build(format!("build task failed: {e}")))??;
     let kwok_shards = spec
         .kwok_shards
-        .unwrap_or_else(|| kwok::shards_for(nodes))
+        .unwrap_or(kwok::DEFAULT_SHARDS)
         .clamp(1, nodes);
     let info = start(&bins, dir, nodes, kwok_shards, apiserver_extra_args).await?;
     if spec.real_nodes == 0 {

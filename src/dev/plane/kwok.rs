@@ -5,9 +5,11 @@
 //! goroutine takes them (10,000 pods created in 80 s; a teardown's 108 deletes a second) the
 //! apiserver cuts kwok's watch off as unresponsive, kwok is sent everything since again and
 //! falls further behind (docs/benchmarks.md, issue 23). A site has a kubelet per node, which
-//! never lags this way; so the plane gives each [`NODES_PER_SHARD`] nodes a kwok of their own.
+//! never lags this way; `dev up --kwok-shards K` gives K kwoks a share of the nodes each.
 //! Each still reads every pod event (kwok watches all bound pods) but matches stages only for
-//! its own nodes' pods.
+//! its own nodes' pods: K times the decoding. On this 2-core machine that cost more than the
+//! one goroutine did (docs/benchmarks.md, "kwok in shards"), so a plane has one kwok unless
+//! asked.
 
 use std::path::Path;
 
@@ -17,14 +19,8 @@ use crate::dev::binaries::Binaries;
 use crate::dev::error::Result;
 use crate::dev::state::{Component, PlaneState};
 
-/// Simulated nodes a kwok process manages at most, for a plane's default shard count: up to
-/// this many one kwok, as before shards; 1,250 nodes get three.
-pub const NODES_PER_SHARD: u32 = 500;
-
-/// kwok processes for a plane started with `nodes` simulated nodes.
-pub fn shards_for(nodes: u32) -> u32 {
-    nodes.div_ceil(NODES_PER_SHARD).max(1)
-}
+/// kwok processes of a plane started without `--kwok-shards`.
+pub const DEFAULT_SHARDS: u32 = 1;
 
 /// The component name of shard `shard`: `kwok` for the first (its log stays `kwok.log`),
 /// then `kwok-2`, `kwok-3` ...
@@ -84,11 +80,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_kwok_up_to_a_shard_of_nodes_then_one_per_share() {
-        assert_eq!(shards_for(0), 1);
-        assert_eq!(shards_for(NODES_PER_SHARD), 1);
-        assert_eq!(shards_for(NODES_PER_SHARD + 1), 2);
-        assert_eq!(shards_for(1250), 3);
+    fn one_kwok_selects_every_simulated_node_and_shards_their_share() {
         assert_eq!(selector(0, 1), "type=kwok");
         assert_eq!(selector(2, 3), "type=kwok,envbridge.dev/kwok-shard=2");
         assert_eq!(

@@ -33,6 +33,17 @@ fn kwoks(dir: &std::path::Path) -> Vec<(String, String)> {
     out
 }
 
+/// Takes the private plane down however the test ends (a failed assertion too).
+struct Down(std::path::PathBuf);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        if let Err(e) = envbridge::dev::down_in(&self.0) {
+            eprintln!("taking the private plane down: {e}");
+        }
+    }
+}
+
 fn kwok_selectors(dir: &std::path::Path) -> Vec<String> {
     kwoks(dir).into_iter().map(|(s, _)| s).collect()
 }
@@ -49,10 +60,11 @@ async fn three_kwok_shards_share_the_nodes_and_each_node_runs_its_pods() {
         kwok_shards: Some(3),
         ..Default::default()
     };
-    let result = async {
+    let down = Down(dir.clone());
+    {
         let info = envbridge::dev::ensure_up_in_with(&dir, &spec, &[])
             .await
-            .map_err(|e| format!("private plane with 3 kwok shards: {e}"))?;
+            .unwrap_or_else(|e| panic!("private plane with 3 kwok shards: {e}"));
         assert_eq!(
             kwok_selectors(&dir),
             [
@@ -70,18 +82,15 @@ async fn three_kwok_shards_share_the_nodes_and_each_node_runs_its_pods() {
         };
         envbridge::dev::ensure_up_in_with(&dir, &grown, &[])
             .await
-            .map_err(|e| format!("growing the plane to 6 nodes: {e}"))?;
+            .unwrap_or_else(|e| panic!("growing the plane to 6 nodes: {e}"));
         assert_eq!(kwoks(&dir), before, "the plane restarted or lost a kwok");
         let client = envbridge::dev::client_for(&info.kubeconfig)
             .await
-            .map_err(|e| e.to_string())?;
+            .expect("client");
         let nodes: Api<Node> = Api::all(client.clone());
         let pods: Api<Pod> = Api::namespaced(client, "default");
         for n in 1..=6u32 {
-            let node = nodes
-                .get(&addressing::node_name(n))
-                .await
-                .map_err(|e| e.to_string())?;
+            let node = nodes.get(&addressing::node_name(n)).await.expect("node");
             let labels = node.metadata.labels.unwrap_or_default();
             assert_eq!(
                 labels.get(addressing::KWOK_SHARD_LABEL),
@@ -94,21 +103,18 @@ async fn three_kwok_shards_share_the_nodes_and_each_node_runs_its_pods() {
                 &pod(&name, &addressing::node_name(n), &[], &[]),
             )
             .await
-            .map_err(|e| e.to_string())?;
+            .expect("create pod");
         }
         for n in 1..=6u32 {
             let p = wait_phase(&pods, &format!("p{n}"), "Running").await;
-            let cidr = addressing::pod_cidr(n).ok_or("cidr")?;
+            let cidr = addressing::pod_cidr(n).expect("cidr");
             let ip = pod_ip(&p).to_string();
             assert!(
                 ip.starts_with(cidr.trim_end_matches("0/24")),
                 "pod on node {n}: {ip} not in {cidr}"
             );
         }
-        Ok::<_, String>(())
     }
-    .await;
-    envbridge::dev::down_in(&dir).expect("down");
-    result.unwrap_or_else(|e| panic!("{e}"));
+    drop(down);
     assert!(kwok_selectors(&dir).is_empty(), "a kwok left after down");
 }
