@@ -62,8 +62,8 @@ pub enum DevCommand {
         /// Real nodes (a kubelet and a containerd each, running containers): real001 ...
         #[arg(long, default_value_t = 0)]
         real_nodes: u32,
-        /// kwok processes sharing the simulated nodes when the plane starts [default: one]; a
-        /// running plane keeps its own.
+        /// kwok processes sharing the simulated nodes when the plane starts [default: one; at
+        /// most one a node]; a running plane keeps its own.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
         kwok_shards: Option<u32>,
     },

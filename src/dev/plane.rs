@@ -174,8 +174,8 @@ pub struct UpSpec {
     pub real_nodes: u32,
     /// The envbridge executable whose images real nodes run [default: this executable].
     pub exe: Option<PathBuf>,
-    /// kwok processes sharing the simulated nodes, for a plane started now [default: one];
-    /// a running plane keeps its own.
+    /// kwok processes sharing the simulated nodes, for a plane started now [default: one; at
+    /// most one a node]; a running plane keeps its own.
     pub kwok_shards: Option<u32>,
 }
 
