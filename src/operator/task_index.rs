@@ -2,13 +2,12 @@
 //! everything), so that an Environment's reconcile reads its own tasks instead of scanning
 //! every Task in the store. Plain data behind one lock; unit-tested by feeding it events.
 
-use std::collections::{BTreeSet, HashMap};
 use std::sync::RwLock;
 
 use kube::ResourceExt;
 use kube::runtime::watcher;
 
-use super::watch_index::{Index, Relisting};
+use super::watch_index::{Groups, Index, Relisting};
 use crate::crd::Task;
 
 /// (namespace, Environment name).
@@ -21,9 +20,8 @@ pub struct TaskIndex {
 
 #[derive(Default)]
 struct Inner {
-    by_env: HashMap<EnvOf, BTreeSet<String>>,
-    /// (namespace, task) -> its environment, to move or drop it.
-    env_of: HashMap<(String, String), String>,
+    /// (namespace, task) by (namespace, environment).
+    by_env: Groups<EnvOf, (String, String)>,
 }
 
 impl Index for Inner {
@@ -40,41 +38,16 @@ impl Index for Inner {
     }
 
     fn apply(&mut self, (ns, name, env): Self::Entry) {
-        let task = (ns.clone(), name.clone());
-        if let Some(old) = self.env_of.get(&task)
-            && *old != env
-        {
-            let old = (ns.clone(), old.clone());
-            self.remove(&old, &name);
-        }
-        self.by_env
-            .entry((ns, env.clone()))
-            .or_default()
-            .insert(name);
-        self.env_of.insert(task, env);
+        self.by_env.set((ns.clone(), name), Some((ns, env)));
     }
 
     fn delete(&mut self, t: &Task) {
-        let (ns, name) = (t.namespace().unwrap_or_default(), t.name_any());
-        if let Some(env) = self.env_of.remove(&(ns.clone(), name.clone())) {
-            self.remove(&(ns, env), &name);
-        }
+        let task = (t.namespace().unwrap_or_default(), t.name_any());
+        self.by_env.remove(&task);
     }
 
     fn clear(&mut self) {
         self.by_env.clear();
-        self.env_of.clear();
-    }
-}
-
-impl Inner {
-    fn remove(&mut self, env: &EnvOf, name: &str) {
-        if let Some(set) = self.by_env.get_mut(env) {
-            set.remove(name);
-            if set.is_empty() {
-                self.by_env.remove(env);
-            }
-        }
     }
 }
 
@@ -91,9 +64,9 @@ impl TaskIndex {
         inner
             .index
             .by_env
-            .get(&(namespace.to_string(), env.to_string()))
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default()
+            .members(&(namespace.to_string(), env.to_string()))
+            .map(|(_, name)| name.clone())
+            .collect()
     }
 }
 

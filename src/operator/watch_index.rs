@@ -1,7 +1,10 @@
 //! How an index follows a watch, in one place: applies and deletes as they come, and a relist
 //! that replaces everything at its end (until then the old view stands). The indexes say
 //! only what an object is to them ([`Index`]); unit-tested through them (`task_index`,
-//! `nodes`).
+//! `nodes`). What both keep, objects grouped by one key ([`Groups`]), is here too.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::Hash;
 
 use kube::runtime::watcher;
 
@@ -48,5 +51,75 @@ impl<I: Index> Relisting<I> {
                 }
             }
         }
+    }
+}
+
+/// Members grouped by one key each (tasks by environment, Nodes by host label), with the way
+/// back from a member to its group so that a member moves or goes in one step.
+pub struct Groups<G, M> {
+    members: HashMap<G, BTreeSet<M>>,
+    group_of: HashMap<M, G>,
+}
+
+impl<G, M> Default for Groups<G, M> {
+    fn default() -> Self {
+        Groups {
+            members: HashMap::new(),
+            group_of: HashMap::new(),
+        }
+    }
+}
+
+impl<G: Hash + Eq + Clone, M: Hash + Ord + Clone> Groups<G, M> {
+    /// Puts `member` in `group` (None: in none), out of the group it was in.
+    pub fn set(&mut self, member: M, group: Option<G>) {
+        self.remove(&member);
+        if let Some(group) = group {
+            self.members
+                .entry(group.clone())
+                .or_default()
+                .insert(member.clone());
+            self.group_of.insert(member, group);
+        }
+    }
+
+    pub fn remove(&mut self, member: &M) {
+        if let Some(group) = self.group_of.remove(member)
+            && let Some(set) = self.members.get_mut(&group)
+        {
+            set.remove(member);
+            if set.is_empty() {
+                self.members.remove(&group);
+            }
+        }
+    }
+
+    /// The members of `group`, in order.
+    pub fn members(&self, group: &G) -> impl Iterator<Item = &M> {
+        self.members.get(group).into_iter().flatten()
+    }
+
+    pub fn clear(&mut self) {
+        self.members.clear();
+        self.group_of.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_moves_and_an_emptied_group_goes() {
+        let mut g: Groups<&str, &str> = Groups::default();
+        g.set("b", Some("x"));
+        g.set("a", Some("x"));
+        assert_eq!(g.members(&"x").collect::<Vec<_>>(), [&"a", &"b"]);
+        g.set("a", Some("y"));
+        assert_eq!(g.members(&"x").collect::<Vec<_>>(), [&"b"]);
+        g.set("b", None);
+        assert!(!g.members.contains_key("x"), "an empty group is dropped");
+        g.remove(&"a");
+        assert!(g.members.is_empty() && g.group_of.is_empty());
     }
 }
