@@ -78,7 +78,8 @@ impl Replica {
             .args(["--metrics-listen", &metrics])
             .args(["--headless-discovery-port", &DISCOVERY_PORT.to_string()])
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info")
+            // The filter it runs with when deployed (no RUST_LOG: info, kube and HTTP at warn).
+            .env_remove("RUST_LOG")
             .stderr(log.try_clone()?)
             .stdout(log)
             .kill_on_drop(true)

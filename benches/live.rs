@@ -158,7 +158,8 @@ async fn one(
     ])
     .args(["--headless-discovery-port", &DISCOVERY_PORT.to_string()])
     .env("KUBECONFIG", kubeconfig)
-    .env("RUST_LOG", "info")
+    // The filter it runs with when deployed (no RUST_LOG: info, kube and HTTP at warn).
+    .env_remove("RUST_LOG")
     .stderr(log_file.try_clone()?)
     .stdout(log_file)
     .kill_on_drop(true);

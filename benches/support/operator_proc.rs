@@ -97,7 +97,8 @@ impl OperatorProc {
             // every one.
             .args(["--pod-deletion-timeout-seconds", "600"])
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info")
+            // The filter it runs with when deployed (no RUST_LOG: info, kube and HTTP at warn).
+            .env_remove("RUST_LOG")
             .stderr(log_file.try_clone()?)
             .stdout(log_file)
             .kill_on_drop(true)

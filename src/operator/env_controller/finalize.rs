@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt, stream};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::crd::{Environment, Task};
 use crate::model::label::label_value;
@@ -88,7 +88,8 @@ pub(super) async fn finalize(env: &Environment, ctx: &Ctx) -> Result<Action> {
         })
         .count();
     if !tasks.is_empty() || pods > 0 || svcs > 0 {
-        info!(env = %name, tasks = tasks.len(), pods, services = svcs, "waiting for the environment's objects to go");
+        // Once a reconcile while they go (every Task event brings one): debug, not info.
+        debug!(env = %name, tasks = tasks.len(), pods, services = svcs, "waiting for the environment's objects to go");
         return Err(Error::Pending {
             what: format!("environment {ns}/{name}: its objects going"),
             after: Duration::from_millis(500),

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use tracing::{info, warn};
+use tracing::{debug, warn};
 
 use super::objects::{POD, POD_DELETION, SERVICE, SERVICE_DELETION, awaiting_store};
 use super::outcome::publish;
@@ -167,7 +167,7 @@ pub(super) async fn take_out(task: &Task, ctx: &Ctx, pod: &StoredPod) {
                 }
             }
         }
-        info!(task = %name, state = %at, "task taken out before its pod is deleted");
+        debug!(task = %name, state = %at, "task taken out before its pod is deleted");
     };
     if tokio::time::timeout(budget, steps).await.is_err() {
         warn!(task = %name, timeout = ?budget, "taking the task out timed out; its pod goes anyway");
