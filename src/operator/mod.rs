@@ -36,6 +36,7 @@ pub mod task_sets;
 pub mod task_step;
 pub mod transition_args;
 pub mod trim;
+pub mod unread;
 pub mod watch_index;
 
 use std::time::Duration;
@@ -157,7 +158,8 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Delete `name` (background propagation); an object already gone is success.
+/// Delete `name` (background propagation); an object already gone is success. The reply is
+/// not read ([`unread`]).
 pub(crate) async fn delete_ignore_missing<K>(
     api: &kube::Api<K>,
     name: &str,
@@ -165,13 +167,10 @@ pub(crate) async fn delete_ignore_missing<K>(
     ns: &str,
 ) -> Result<()>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource + Clone,
 {
-    match api
-        .delete(name, &kube::api::DeleteParams::background())
-        .await
-    {
-        Ok(_) => Ok(()),
+    match unread::delete(api, name, &kube::api::DeleteParams::background()).await {
+        Ok(()) => Ok(()),
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
         Err(e) => Err(Error::kube("delete", kind, ns, name, e)),
     }

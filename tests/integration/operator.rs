@@ -27,6 +27,7 @@ mod probes;
 mod real_nodes;
 mod shards;
 mod status_refused;
+mod unread;
 
 const OPERATOR_SA: &str = "system:serviceaccount:envbridge-system:envbridge-operator";
 const DISCOVERY_PORT: u16 = 47321;

@@ -15,7 +15,7 @@ use crate::crd::{Environment, EnvironmentStatus, Task};
 use crate::operator::aggregate::aggregate;
 use crate::operator::calls;
 use crate::operator::context::Ctx;
-use crate::operator::{Error, FIELD_MANAGER, Result};
+use crate::operator::{Error, FIELD_MANAGER, Result, unread};
 use crate::plan::{ControlMode, TaskRef};
 use crate::state::State;
 
@@ -122,7 +122,7 @@ pub(super) async fn write_status(
         json!({"apiVersion": crate::crd::API_VERSION, "kind": "Environment", "status": status});
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let _ = ctx;
-    api.patch_status(&name, &pp, &Patch::Apply(&patch))
+    unread::patch_status(api, &name, &pp, &Patch::Apply(&patch))
         .await
         .map_err(|e| {
             Error::kube(

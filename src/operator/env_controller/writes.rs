@@ -13,7 +13,7 @@ use crate::crd::{Environment, EnvironmentStatus, Task, TransitionRequest};
 use crate::operator::context::Ctx;
 use crate::operator::status_pace;
 use crate::operator::task_sets::TaskWrites;
-use crate::operator::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
+use crate::operator::{Error, FIELD_MANAGER, Result, delete_ignore_missing, unread};
 use crate::plan::TaskRef;
 
 /// What a long write of Tasks shows meanwhile: the status so far, summarized again from
@@ -64,9 +64,8 @@ pub(super) async fn write_task(api: Api<Task>, ns: String, w: TaskWrite) -> Resu
         TaskWrite::Apply(t) => {
             let tname = t.name_any();
             let pp = PatchParams::apply(FIELD_MANAGER).force();
-            api.patch(&tname, &pp, &Patch::Apply(&*t))
+            unread::patch(&api, &tname, &pp, &Patch::Apply(&*t))
                 .await
-                .map(|_| ())
                 .map_err(|e| Error::kube("apply", "Task", &ns, &tname, e))
         }
         TaskWrite::Transition(tname, req) => {
@@ -80,9 +79,8 @@ pub(super) async fn write_task(api: Api<Task>, ns: String, w: TaskWrite) -> Resu
                     value: serde_json::to_value(&req).unwrap_or_default(),
                 },
             )]);
-            api.patch(&tname, &pp, &Patch::<()>::Json(patch))
+            unread::patch(&api, &tname, &pp, &Patch::<()>::Json(patch))
                 .await
-                .map(|_| ())
                 .map_err(|e| Error::kube("patch", "Task", &ns, &tname, e))
         }
     }

@@ -18,7 +18,7 @@ use crate::operator::control_api::TaskEndpoint;
 use crate::operator::names::service_name;
 use crate::operator::pod_status::observe;
 use crate::operator::stored_pod::StoredPod;
-use crate::operator::{Error, Result, delete_ignore_missing};
+use crate::operator::{Error, Result, delete_ignore_missing, unread};
 use crate::plan::ControlMode;
 use crate::state::{Event, State};
 
@@ -71,11 +71,9 @@ pub(super) async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
         let bound = Duration::from_secs(u64::from(ctx.args.pod_deletion_timeout_seconds));
         if waited >= bound {
             let api = Api::<Pod>::namespaced(ctx.client.clone(), &ns);
-            match api
-                .delete(&name, &kube::api::DeleteParams::default().grace_period(0))
-                .await
-            {
-                Ok(_) => {}
+            let now = kube::api::DeleteParams::default().grace_period(0);
+            match unread::delete(&api, &name, &now).await {
+                Ok(()) => {}
                 Err(kube::Error::Api(s)) if s.is_not_found() => {}
                 Err(e) => return Err(Error::kube("force delete", "Pod", &ns, &name, e)),
             }

@@ -22,7 +22,7 @@ use super::pod_status::observe;
 use super::stored_pod::StoredPod;
 use super::task_sets::TASK_FINALIZER;
 use super::task_step::{self, Next, PodSeen, Seen};
-use super::{Error, FIELD_MANAGER, Result, delete_ignore_missing};
+use super::{Error, FIELD_MANAGER, Result, delete_ignore_missing, unread};
 use crate::crd::{Task, TaskStatus};
 use crate::state::State;
 
@@ -353,10 +353,7 @@ async fn write_status(ctx: &Ctx, task: &Task, st: &TaskStatus) -> Result<()> {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PatchParams::default()
     };
-    match api
-        .patch_status(&name, &pp, &Patch::<()>::Json(patch))
-        .await
-    {
+    match unread::patch_status(&api, &name, &pp, &Patch::<()>::Json(patch)).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
         Err(e) => Err(Error::kube("patch status of", "Task", &ns, &name, e)),

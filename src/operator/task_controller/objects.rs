@@ -19,7 +19,7 @@ use crate::operator::pod::build_pod;
 use crate::operator::pod_status::PodView;
 use crate::operator::service::{build_service, service_matches};
 use crate::operator::stored_pod::StoredPod;
-use crate::operator::{Error, FIELD_MANAGER, Result};
+use crate::operator::{Error, FIELD_MANAGER, Result, unread};
 use crate::state::State;
 
 /// Pod annotation: the transition id a hook task's pod runs for.
@@ -107,17 +107,12 @@ pub(super) async fn create_pod(
         }
     };
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    match api
-        .create(
-            &PostParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..Default::default()
-            },
-            &pod,
-        )
-        .await
-    {
-        Ok(_) => debug!(task = %name, %node, "pod created"),
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match unread::create(&api, &pp, &pod).await {
+        Ok(()) => debug!(task = %name, %node, "pod created"),
         // Created before (store lag, or by an earlier operator run): re-attached, never duplicated.
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(Error::kube("create", "Pod", &ns, &name, e)),
@@ -169,23 +164,14 @@ pub(super) async fn ensure_service(
         let mut body = serde_json::to_value(&svc).unwrap_or_default();
         body["apiVersion"] = json!("v1");
         body["kind"] = json!("Service");
-        api.patch(
-            &sname,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map(|_| ())
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        unread::patch(&api, &sname, &pp, &Patch::Apply(&body)).await
     } else {
-        api.create(
-            &PostParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..Default::default()
-            },
-            &svc,
-        )
-        .await
-        .map(|_| ())
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        unread::create(&api, &pp, &svc).await
     };
     match res {
         Ok(()) => {}
