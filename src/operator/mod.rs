@@ -17,6 +17,7 @@ pub mod env_controller;
 pub mod hooks;
 pub mod http;
 pub mod leader;
+pub mod lean;
 pub mod live;
 pub mod metrics;
 pub mod names;

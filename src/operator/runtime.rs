@@ -1,4 +1,4 @@
-//! Wiring: one watch per kind into reflector stores (managedFields pruned), the two
+//! Wiring: one watch per kind into reflector stores (managedFields never decoded), the two
 //! controllers (their reconciles counted, their state sampled for `/metrics`), shutdown.
 //! Leader election around them: `leader`.
 
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dashmap::{DashMap, DashSet};
 use futures::future::BoxFuture;
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -21,6 +21,7 @@ use tracing::{info, warn};
 
 use super::context::Ctx;
 use super::control_api::ControlClient;
+use super::lean::{self, Lean};
 use super::metrics::{self, Metrics, Sample, Sampler};
 use super::stored_pod::StoredPod;
 use super::stored_service::StoredService;
@@ -38,12 +39,12 @@ where
     }
 }
 
-/// A watch with backoff, managedFields dropped and `trim` applied (the store keeps only what
+/// A watch with backoff, managedFields never decoded ([`Lean`]) and `trim` applied (the store keeps only what
 /// the operator reads), mirrored into a store; each event also given to `feed` before the
 /// store takes it: once the store has listed (the gate reconciles wait for), whatever `feed`
 /// fills has too.
 fn reflect<K>(
-    api: Api<K>,
+    api: Api<Lean<K>>,
     cfg: watcher::Config,
     trim: fn(&mut K),
     feed: impl Fn(&watcher::Event<K>) + Send + 'static,
@@ -64,11 +65,9 @@ where
     let stream = reflector::reflector(
         writer,
         watcher(api, cfg)
+            .map_ok(lean::unwrap)
             .backoff(watch_backoff())
-            .modify(move |o: &mut K| {
-                o.managed_fields_mut().clear();
-                trim(o);
-            })
+            .modify(trim)
             .inspect(move |ev| {
                 if let Ok(ev) = ev {
                     feed(ev);
@@ -177,25 +176,25 @@ pub async fn run_controllers(
     let sharded = watcher::Config::default().labels(&shard).any_semantic();
 
     let (tasks, task_stream) = reflect(
-        scoped::<Task>(&client, ns),
+        scoped::<Lean<Task>>(&client, ns),
         managed.clone(),
         trim::task,
         |_| {},
     );
     let (pods, pod_stream) = reflect(
-        scoped::<StoredPod>(&client, ns),
+        scoped::<Lean<StoredPod>>(&client, ns),
         managed.clone(),
         trim::pod,
         |_| {},
     );
     let (services, svc_stream) = reflect(
-        scoped::<StoredService>(&client, ns),
+        scoped::<Lean<StoredService>>(&client, ns),
         managed.clone(),
         trim::service,
         |_| {},
     );
     let (task_sets, set_stream) = reflect(
-        scoped::<TaskSet>(&client, ns),
+        scoped::<Lean<TaskSet>>(&client, ns),
         sharded.clone(),
         trim::keep,
         |_| {},
@@ -204,13 +203,13 @@ pub async fn run_controllers(
     let node_index: Arc<super::nodes::NodeIndex> = Arc::default();
     let ix = node_index.clone();
     let (nodes, node_stream) = reflect(
-        Api::<Node>::all(client.clone()),
+        Api::<Lean<Node>>::all(client.clone()),
         plain.clone(),
         trim::node,
         move |ev| ix.observe(ev),
     );
     let (templates, tmpl_stream) = reflect(
-        Api::<TaskTemplate>::all(client.clone()),
+        Api::<Lean<TaskTemplate>>::all(client.clone()),
         plain.clone(),
         trim::keep,
         |_| {},
