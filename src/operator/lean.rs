@@ -10,15 +10,14 @@ use std::fmt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::watcher;
+use serde::Deserialize;
 use serde::de::{
     self, DeserializeSeed, Deserializer, IgnoredAny, IntoDeserializer, MapAccess, Visitor,
 };
-use serde::{Deserialize, Serialize};
 
 /// K, decoded with its managedFields skipped. The same kind and URLs as K (a watch of
 /// `Api<Lean<K>>` is a watch of K).
-#[derive(Clone, Debug, Serialize)]
-#[serde(transparent)]
+#[derive(Clone, Debug)]
 pub struct Lean<K>(pub K);
 
 impl<'de, K: Deserialize<'de>> Deserialize<'de> for Lean<K> {

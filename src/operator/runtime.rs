@@ -39,10 +39,10 @@ where
     }
 }
 
-/// A watch with backoff, managedFields never decoded ([`Lean`]) and `trim` applied (the store keeps only what
-/// the operator reads), mirrored into a store; each event also given to `feed` before the
-/// store takes it: once the store has listed (the gate reconciles wait for), whatever `feed`
-/// fills has too.
+/// A watch with backoff, managedFields never decoded ([`Lean`]) and `trim` applied (the store
+/// keeps only what the operator reads), mirrored into a store; each event also given to
+/// `feed` before the store takes it: once the store has listed (the gate reconciles wait
+/// for), whatever `feed` fills has too.
 fn reflect<K>(
     api: Api<Lean<K>>,
     cfg: watcher::Config,
