@@ -80,7 +80,7 @@ impl NodeIndex {
         let labelled: Vec<&str> = inner
             .index
             .by_host
-            .members(&machine_id.to_string())
+            .members(machine_id)
             .map(String::as_str)
             .collect();
         match labelled.as_slice() {

@@ -95,7 +95,11 @@ impl<G: Hash + Eq + Clone, M: Hash + Ord + Clone> Groups<G, M> {
     }
 
     /// The members of `group`, in order.
-    pub fn members(&self, group: &G) -> impl Iterator<Item = &M> {
+    pub fn members<Q>(&self, group: &Q) -> impl Iterator<Item = &M>
+    where
+        G: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.members.get(group).into_iter().flatten()
     }
 
