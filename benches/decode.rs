@@ -3,7 +3,7 @@
 //! environment variables; managedFields of two managers, one for the spec and metadata, one
 //! for the status, as the operator and kwok write them). Printed figures, no cluster.
 //!
-//! Run: `cargo bench --bench decode`. BENCH_EVENTS adjusts the count (default 20,000).
+//! Run: `cargo bench --bench decode`. BENCH_EVENTS adjusts the count (default 20,000; 10 to 1,000,000).
 
 use std::time::{Duration, Instant};
 
@@ -150,10 +150,17 @@ fn compare<K: DeserializeOwned>(what: &str, obj: Value, n: u32) -> (Duration, Du
 }
 
 fn main() {
-    let n: u32 = std::env::var("BENCH_EVENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
+    // At least 10 (the warm-up is a tenth), at most a million (a few minutes at most).
+    let n: u32 = match std::env::var("BENCH_EVENTS") {
+        Err(_) => 20_000,
+        Ok(v) => match v.parse() {
+            Ok(n @ 10..=1_000_000) => n,
+            _ => {
+                eprintln!("BENCH_EVENTS={v}: expected a count from 10 to 1000000");
+                std::process::exit(2);
+            }
+        },
+    };
     let (pf, pl) = compare::<StoredPod>("pod", pod(), n);
     let (tf, tl) = compare::<Task>("task", task(), n);
     println!(
