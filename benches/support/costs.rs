@@ -100,7 +100,7 @@ impl Snapshot {
 
 impl Cost {
     /// One line: wall, the cores' busy and idle seconds, CPU by process, the apiserver's
-    /// request time and its four largest parts, watch events sent.
+    /// request time and its eight largest parts, watch events sent.
     pub fn line(&self) -> String {
         let mut s = format!(
             "{:.1} s wall; CPU busy {:.1} s, idle {:.1} s:",
@@ -118,7 +118,7 @@ impl Cost {
         let parts: Vec<String> = self
             .by_request
             .iter()
-            .take(4)
+            .take(8)
             .map(|(k, t, n)| format!("{k} {t:.0} s/{n:.0}"))
             .collect();
         let kinds: Vec<String> = self
