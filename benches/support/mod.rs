@@ -29,10 +29,13 @@ pub type Res<T = ()> = Result<T, Error>;
 
 /// A size knob from the environment (`BENCH_NODES=50`), else `default`.
 pub fn env_num(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    match std::env::var(name) {
+        Err(_) => default,
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            eprintln!("{name}={v:?}: not a whole number of 0 or more");
+            std::process::exit(2)
+        }),
+    }
 }
 
 /// A fresh namespace labelled as a benchmark's (so that leftovers are easy to find).
