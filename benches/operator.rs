@@ -7,7 +7,7 @@
 //! status once; then each transition with the same writes and calls per task
 //! (`support::floor`). The floor creates first, then the operator, then the floor once more
 //! in a namespace of its own, deleted again at once: the floor's create time F is the mean
-//! of the two (the plane drifts; a second create on it takes longer). Each floor transition
+//! of the two (the plane's pace drifts between them). Each floor transition
 //! runs just before the operator's (both environments exist, the idle one waiting); the
 //! floor's namespace is deleted after the operator's teardown. Before all of it, one create
 //! not measured warms a fresh plane (BENCH_WARMUP=0 skips it). Each step prints what it cost the
@@ -73,7 +73,7 @@ fn main() -> Res {
 async fn run() -> Res {
     let nodes = env_num("BENCH_NODES", 250);
     let per_node = env_num("BENCH_TASKS_PER_NODE", 8);
-    let concurrency = env_num("BENCH_CONCURRENCY", 64);
+    let concurrency = concurrency();
     println!(
         "operator benchmark: {} tasks on {nodes} nodes",
         nodes * per_node
@@ -228,7 +228,7 @@ async fn run() -> Res {
     };
     memory("STANDBY");
     // The floor's create again, now that the operator's objects exist as the floor's did
-    // when the operator created (what a second create on the plane costs more, measured).
+    // when the operator created: the other side of the bracket (its mean below).
     let floor_after = {
         let label = "floor (after the operator's): create";
         let before = count.total();
@@ -337,8 +337,8 @@ async fn run() -> Res {
     let rss_kib: u64 = peaks.iter().sum();
 
     // The floor's create measured before the operator's and again after it: their mean
-    // cancels the plane's drift, as interleaving does for the transitions (a second create
-    // on the plane took 7-17% longer than the first).
+    // cancels the plane's drift, as interleaving does for the transitions (the two differed
+    // by up to 17%, either way).
     let floor_create = (floor_time + floor_after) / 2;
     let ratio = op_time.as_secs_f64() / floor_create.as_secs_f64();
     let before_ratio = op_time.as_secs_f64() / floor_time.as_secs_f64();
@@ -466,6 +466,11 @@ async fn cost_since(admin: &Client, before: &Snapshot, what: &str) -> Cost {
     cost
 }
 
+/// Writes (and the floor's calls) in flight at once: BENCH_CONCURRENCY, 64 by default.
+fn concurrency() -> usize {
+    env_num("BENCH_CONCURRENCY", 64)
+}
+
 /// The floor's create in a namespace of its own (`bench-floor{slot}-PID`, control ports
 /// `100 * slot` above the operator's), with its simulators, then everything deleted again:
 /// the create's wall time.
@@ -494,8 +499,7 @@ async fn floor_aside(
     settle(label).await;
     let snap = Snapshot::take(admin).await;
     let t = Instant::now();
-    let concurrency = env_num("BENCH_CONCURRENCY", 64);
-    support::floor::create(client, &ns, &refs, concurrency, DISCOVERY_PORT).await?;
+    support::floor::create(client, &ns, &refs, concurrency(), DISCOVERY_PORT).await?;
     let took = t.elapsed();
     cost_since(admin, &snap, label).await;
     sims.stop().await;
