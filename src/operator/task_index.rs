@@ -1,6 +1,8 @@
 //! Tasks by environment: fed by the one Task watch (apply, delete, and a relist that replaces
 //! everything), so that an Environment's reconcile reads its own tasks instead of scanning
 //! every Task in the store. Plain data behind one lock; unit-tested by feeding it events.
+//! It also knows which of them are being deleted, so that a deleted Environment's finalizer,
+//! woken by every Task event of its teardown, counts what is left instead of reading it all.
 
 use std::sync::RwLock;
 
@@ -22,32 +24,48 @@ pub struct TaskIndex {
 struct Inner {
     /// (namespace, task) by (namespace, environment).
     by_env: Groups<EnvOf, (String, String)>,
+    /// The same, of the tasks with a deletion timestamp only (empty but in a teardown).
+    deleting: Groups<EnvOf, (String, String)>,
+}
+
+/// An environment's stored tasks, and how many of them are being deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskCounts {
+    pub stored: usize,
+    pub deleting: usize,
 }
 
 impl Index for Inner {
     type Object = Task;
-    /// (namespace, task, environment).
-    type Entry = (String, String, String);
+    /// (namespace, task, environment, being deleted).
+    type Entry = (String, String, String, bool);
 
     fn entry(t: &Task) -> Self::Entry {
         (
             t.namespace().unwrap_or_default(),
             t.name_any(),
             t.spec.environment.clone(),
+            t.metadata.deletion_timestamp.is_some(),
         )
     }
 
-    fn apply(&mut self, (ns, name, env): Self::Entry) {
-        self.by_env.set((ns.clone(), name), Some((ns, env)));
+    fn apply(&mut self, (ns, name, env, deleting): Self::Entry) {
+        let task = (ns.clone(), name);
+        let env = (ns, env);
+        self.deleting
+            .set(task.clone(), deleting.then(|| env.clone()));
+        self.by_env.set(task, Some(env));
     }
 
     fn delete(&mut self, t: &Task) {
         let task = (t.namespace().unwrap_or_default(), t.name_any());
         self.by_env.remove(&task);
+        self.deleting.remove(&task);
     }
 
     fn clear(&mut self) {
         self.by_env.clear();
+        self.deleting.clear();
     }
 }
 
@@ -68,6 +86,16 @@ impl TaskIndex {
             .map(|(_, name)| name.clone())
             .collect()
     }
+
+    /// How many tasks of `env` in `namespace` are stored, and being deleted (no names copied).
+    pub fn counts(&self, namespace: &str, env: &str) -> TaskCounts {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_string(), env.to_string());
+        TaskCounts {
+            stored: inner.index.by_env.len(&key),
+            deleting: inner.index.deleting.len(&key),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -85,6 +113,12 @@ mod tests {
             },
         );
         t.metadata.namespace = Some(ns.into());
+        t
+    }
+
+    fn deleted(mut t: Task) -> Task {
+        let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH);
+        t.metadata.deletion_timestamp = Some(at);
         t
     }
 
@@ -111,5 +145,31 @@ mod tests {
         assert!(ix.names("a", "e2").is_empty());
         assert!(ix.names("b", "e1").is_empty());
         assert_eq!(ix.names("c", "e9"), ["t9"]);
+    }
+
+    #[test]
+    fn counts_follow_deletion_timestamps() {
+        let ix = TaskIndex::default();
+        let counts = |stored, deleting| TaskCounts { stored, deleting };
+        for t in ["t1", "t2", "t3"] {
+            ix.observe(&watcher::Event::Apply(task("a", t, "e1")));
+        }
+        ix.observe(&watcher::Event::Apply(task("b", "t1", "e1")));
+        assert_eq!(ix.counts("a", "e1"), counts(3, 0));
+        let going = deleted(task("a", "t1", "e1"));
+        ix.observe(&watcher::Event::Apply(going.clone()));
+        // The same event seen twice counts once; another namespace is another environment.
+        ix.observe(&watcher::Event::Apply(going.clone()));
+        assert_eq!(ix.counts("a", "e1"), counts(3, 1));
+        assert_eq!(ix.counts("b", "e1"), counts(1, 0));
+        ix.observe(&watcher::Event::Delete(going));
+        assert_eq!(ix.counts("a", "e1"), counts(2, 0));
+        assert_eq!(ix.counts("a", "nope"), counts(0, 0));
+        // A relist that lists one task, being deleted: the rest is gone.
+        ix.observe(&watcher::Event::Init);
+        ix.observe(&watcher::Event::InitApply(deleted(task("a", "t3", "e1"))));
+        ix.observe(&watcher::Event::InitDone);
+        assert_eq!(ix.counts("a", "e1"), counts(1, 1));
+        assert_eq!(ix.counts("b", "e1"), counts(0, 0));
     }
 }

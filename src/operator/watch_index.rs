@@ -103,6 +103,15 @@ impl<G: Hash + Eq + Clone, M: Hash + Ord + Clone> Groups<G, M> {
         self.members.get(group).into_iter().flatten()
     }
 
+    /// How many members `group` has.
+    pub fn len<Q>(&self, group: &Q) -> usize
+    where
+        G: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.members.get(group).map_or(0, BTreeSet::len)
+    }
+
     pub fn clear(&mut self) {
         self.members.clear();
         self.group_of.clear();
@@ -119,6 +128,7 @@ mod tests {
         g.set("b", Some("x"));
         g.set("a", Some("x"));
         assert_eq!(g.members(&"x").collect::<Vec<_>>(), [&"a", &"b"]);
+        assert_eq!((g.len(&"x"), g.len(&"y")), (2, 0));
         g.set("a", Some("y"));
         assert_eq!(g.members(&"x").collect::<Vec<_>>(), [&"b"]);
         g.set("b", None);
