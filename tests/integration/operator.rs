@@ -1200,3 +1200,61 @@ async fn a_dead_node_cannot_hold_an_environment_forever() -> Res {
     op.stop().await?;
     finish(fx).await
 }
+
+/// A deleted environment's finalizer counts its Tasks going by the index and reads the Pod and
+/// Service stores only once none is left: an object labelled with the environment that no
+/// Task owns (its Task's finalizer removed by hand) still holds the environment until it goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_of_the_environment_that_no_task_owns_holds_its_teardown() -> Res {
+    use envbridge::crd::labels;
+    let fx = fixture("stray").await?;
+    let op = start(&fx, None).await?;
+    let tasks: Vec<TaskRef> = ["flp001", "flp002"]
+        .iter()
+        .map(|h| task_ref("es", h, "readout", 1, ControlMode::Basic))
+        .collect();
+    deploy(&fx, "es", &tasks, false).await?;
+    wait_env(&fx, "es", "STANDBY", state_is(State::Standby)).await?;
+    let svcs: Api<Service> = Api::namespaced(fx.admin.clone(), &fx.ns);
+    let stray: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "stray", "labels": {
+            labels::MANAGED_BY: labels::MANAGER, labels::ENVIRONMENT: "es"}},
+        "spec": {"clusterIP": "None", "ports": [{"port": 1}]}
+    }))?;
+    svcs.create(&Default::default(), &stray).await?;
+
+    let envs: Api<Environment> = Api::namespaced(fx.admin.clone(), &fx.ns);
+    envs.delete("es", &DeleteParams::default()).await?;
+    let task_api: Api<Task> = Api::namespaced(fx.admin.clone(), &fx.ns);
+    let pods: Api<Pod> = Api::namespaced(fx.admin.clone(), &fx.ns);
+    let deadline = Instant::now() + WAIT;
+    let lp = ListParams::default();
+    while !task_api.list(&lp).await?.items.is_empty() || !pods.list(&lp).await?.items.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the environment's tasks never went"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Every task gone: the finalizer now waits for the stray Service (its retry is 0.5 s).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = envs.get_opt("es").await?;
+    assert!(
+        held.is_some_and(|e| e.metadata.deletion_timestamp.is_some()),
+        "the environment went while an object labelled with it was left"
+    );
+    let left: Vec<String> = svcs.list(&lp).await?.iter().map(|s| s.name_any()).collect();
+    assert_eq!(left, ["stray"]);
+    svcs.delete("stray", &DeleteParams::default()).await?;
+    let deadline = Instant::now() + WAIT;
+    while envs.get_opt("es").await?.is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the environment stayed once nothing was left"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    op.stop().await?;
+    finish(fx).await
+}
