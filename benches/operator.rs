@@ -307,13 +307,16 @@ async fn run() -> Res {
     support::wait_gone(&admin, &op_ns, TIMEOUT).await?;
     let teardown = t1.elapsed();
     op_costs.push(cost_since(&admin, &snap, "operator: teardown").await);
-    // The floor's destroy: the same deletes from the bare client (its simulators still
-    // following its pods, as the operator's did), then its namespace, empty by then.
-    drop(control);
+    // The floor's destroy: the same calls (each process taken out from where the cycle left
+    // it) and deletes from the bare client (its simulators still following its pods, as the
+    // operator's did), then its namespace, empty by then.
     settle("floor: destroy").await;
     let before = count.total();
     let snap = Snapshot::take(&admin).await;
-    let floor_destroy = support::floor::destroy(&counted, &floor_tasks, concurrency).await?;
+    let left_in = CYCLE[CYCLE.len() - 1].0.target();
+    let floor_destroy =
+        support::floor::destroy(&counted, &control, &floor_tasks, left_in, concurrency).await?;
+    drop(control);
     let floor_destroy_requests = count.total() - before;
     println!("floor: destroy {floor_destroy:.2?}, {floor_destroy_requests} requests");
     floor_costs.push(cost_since(&admin, &snap, "floor: destroy").await);

@@ -2,7 +2,7 @@
 //! directly (`create`), a transition (`transition`) with per task the writes
 //! and the call the operator makes for it: its Task's `spec.transition` (a JSON patch of that
 //! one field), the call to its process, its Task's status (state and the transition's
-//! outcome); `in_flight` tasks at once; and the same deletes (`destroy`).
+//! outcome); `in_flight` tasks at once; and the same calls and deletes (`destroy`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -16,6 +16,7 @@ use envbridge::crd::{
 use envbridge::operator::names::{service_name, task_annotations, task_labels};
 use envbridge::operator::pod::{PodSettings, build_pod};
 use envbridge::operator::service::build_service;
+use envbridge::operator::task_controller::take_out_events;
 use envbridge::operator::task_sets::build_task;
 use envbridge::plan::TaskRef;
 use envbridge::state::{Event, State};
@@ -83,15 +84,7 @@ async fn one(
     api.patch(&name, &pp, &Patch::<()>::Json(spec)).await?;
     let tref = &task.spec.task;
     let reached = if tref.control_mode.has_protocol() {
-        let ip = task
-            .status
-            .as_ref()
-            .and_then(|s| s.pod_ip.as_deref())
-            .ok_or_else(|| format!("floor: Task {name} has no pod IP"))?;
-        let ep = TaskEndpoint::new(
-            SocketAddr::new(ip.parse()?, tref.control_port),
-            tref.control_mode,
-        );
+        let ep = TaskEndpoint::new(endpoint(task)?, tref.control_mode);
         let args = envbridge::operator::transition_args::arguments(req.event, tref, &req.arguments);
         control
             .transition(&ep, from, req.event, &args, Duration::from_secs(60))
@@ -217,10 +210,17 @@ pub async fn create(
     Ok(())
 }
 
-/// The bare client's destroy: per task the writes the operator sends for it (its Pod's and
-/// its Service's deletes, the Task's delete and its finalizer dropped), `in_flight` tasks at
-/// once; the time until none of them is left.
-pub async fn destroy(client: &Client, tasks: &[Task], in_flight: usize) -> Res<Duration> {
+/// The bare client's destroy: per task the calls and writes the operator sends for it (its
+/// process taken out in order from `from`, as the operator does before deleting a live
+/// task's pod; its Pod's and its Service's deletes, the Task's delete and its finalizer
+/// dropped), `in_flight` tasks at once; the time until none of them is left.
+pub async fn destroy(
+    client: &Client,
+    control: &ControlClient,
+    tasks: &[Task],
+    from: State,
+    in_flight: usize,
+) -> Res<Duration> {
     let ns = namespace(tasks);
     let dp = DeleteParams::default();
     let drop = json!({"metadata": {"finalizers": null}});
@@ -235,6 +235,7 @@ pub async fn destroy(client: &Client, tasks: &[Task], in_flight: usize) -> Res<D
             let (pods, svcs, api, dp, drop) = (&pods, &svcs, &api, &dp, &drop);
             async move {
                 let name = t.name_any();
+                take_out(control, t, from).await?;
                 pods.delete(&name, dp).await?;
                 svcs.delete(&service_name(&name), dp).await?;
                 api.delete(&name, dp).await?;
@@ -248,4 +249,31 @@ pub async fn destroy(client: &Client, tasks: &[Task], in_flight: usize) -> Res<D
         .await?;
     super::wait_gone(client, &ns, super::drive::TIMEOUT).await?;
     Ok(t0.elapsed())
+}
+
+/// The operator's calls before a live task's pod is deleted (`take_out_events`: EXIT from
+/// STANDBY), to the process at its pod's IP.
+async fn take_out(control: &ControlClient, task: &Task, from: State) -> Res {
+    let tref = &task.spec.task;
+    if !tref.control_mode.has_protocol() {
+        return Ok(());
+    }
+    let ep = TaskEndpoint::new(endpoint(task)?, tref.control_mode);
+    let mut at = from;
+    for event in take_out_events(from) {
+        at = control
+            .transition(&ep, at, *event, &[], Duration::from_secs(60))
+            .await?;
+    }
+    Ok(())
+}
+
+/// The address of a task's process: its pod's IP (in its status), its control port.
+fn endpoint(task: &Task) -> Res<SocketAddr> {
+    let ip = task
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .ok_or_else(|| format!("floor: Task {} has no pod IP", task.name_any()))?;
+    Ok(SocketAddr::new(ip.parse()?, task.spec.task.control_port))
 }
