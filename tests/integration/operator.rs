@@ -19,7 +19,7 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::TestNamespace;
+use crate::support::{TestNamespace, wait_for};
 
 mod failover;
 mod hooks;
@@ -1228,15 +1228,13 @@ async fn an_object_of_the_environment_that_no_task_owns_holds_its_teardown() -> 
     envs.delete("es", &DeleteParams::default()).await?;
     let task_api: Api<Task> = Api::namespaced(fx.admin.clone(), &fx.ns);
     let pods: Api<Pod> = Api::namespaced(fx.admin.clone(), &fx.ns);
-    let deadline = Instant::now() + WAIT;
     let lp = ListParams::default();
-    while !task_api.list(&lp).await?.items.is_empty() || !pods.list(&lp).await?.items.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the environment's tasks never went"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for("the environment's tasks and pods to go", WAIT, || async {
+        let tasks = task_api.list(&lp).await.ok()?.items.len();
+        let pods = pods.list(&lp).await.ok()?.items.len();
+        (tasks + pods == 0).then_some(())
+    })
+    .await;
     // Every task gone: the finalizer now waits for the stray Service (its retry is 0.5 s).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let held = envs.get_opt("es").await?;
@@ -1247,14 +1245,12 @@ async fn an_object_of_the_environment_that_no_task_owns_holds_its_teardown() -> 
     let left: Vec<String> = svcs.list(&lp).await?.iter().map(|s| s.name_any()).collect();
     assert_eq!(left, ["stray"]);
     svcs.delete("stray", &DeleteParams::default()).await?;
-    let deadline = Instant::now() + WAIT;
-    while envs.get_opt("es").await?.is_some() {
-        assert!(
-            Instant::now() < deadline,
-            "the environment stayed once nothing was left"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for(
+        "the environment to go once nothing is left",
+        WAIT,
+        || async { envs.get_opt("es").await.ok()?.is_none().then_some(()) },
+    )
+    .await;
     op.stop().await?;
     finish(fx).await
 }
