@@ -87,7 +87,8 @@ async fn lead(
             _ = shutdown.cancelled() => break false,
             r = &mut ctl => {
                 stop_holding().await;
-                return r.unwrap_or(Ok(()));
+                // A panic in the controllers' task is an error (see `From<JoinError>`).
+                return r?;
             }
             changed = leader.changed() => {
                 if changed.is_err() || !*leader.borrow_and_update() {
@@ -99,11 +100,38 @@ async fn lead(
     // Not ready from here on: the controllers are stopping.
     metrics.set_leading(false);
     child.cancel();
-    let _ = ctl.await;
+    let ended = ctl.await;
     stop_holding().await;
     if lost {
         warn!("leadership lost: controllers stopped");
         return Err(Error::LeaseLost);
     }
-    Ok(())
+    ended?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `lead` does with the controllers' task's end.
+    async fn controllers_ended(
+        r: std::result::Result<Result<()>, tokio::task::JoinError>,
+    ) -> Result<()> {
+        r?
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_the_controllers_is_an_error_not_a_clean_stop() {
+        let panicked = tokio::spawn(async { panic!("a reconcile went wrong") }).await;
+        let e = controllers_ended(panicked).await.unwrap_err();
+        assert!(matches!(e, Error::Controllers(_)), "{e:?}");
+        assert!(e.to_string().contains("a reconcile went wrong"), "{e}");
+        let stopped = tokio::spawn(async { Ok(()) }).await;
+        assert!(controllers_ended(stopped).await.is_ok());
+        let failed = tokio::spawn(async { Err(Error::LeaseLost) }).await;
+        assert!(matches!(
+            controllers_ended(failed).await,
+            Err(Error::LeaseLost)
+        ));
+    }
 }

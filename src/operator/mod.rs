@@ -82,11 +82,23 @@ pub enum Error {
     },
     #[error("finalizer: {0}")]
     FinalizerUse(String),
+    /// The controllers' task ended in a panic (leader election runs them in a task of their own).
+    #[error("operator controllers stopped: {0}")]
+    Controllers(String),
     #[error("metrics listener {addr} (--metrics-listen): {source}")]
     Listen {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+}
+
+/// The controllers' task ended in a panic (kube's controller resumes a reconcile's panic
+/// there): an error, so that the process exits non-zero and is restarted, as it does when it
+/// runs the controllers without leader election; never a clean stop.
+impl From<tokio::task::JoinError> for Error {
+    fn from(e: tokio::task::JoinError) -> Self {
+        Error::Controllers(e.to_string())
+    }
 }
 
 impl Error {
@@ -128,6 +140,7 @@ impl Error {
             Error::Pending { .. } => "pending",
             Error::Finalizer { .. } => "finalizer",
             Error::FinalizerUse(_) => "finalizer_use",
+            Error::Controllers(_) => "controllers",
             Error::Listen { .. } => "listen",
         }
     }
@@ -203,6 +216,7 @@ mod tests {
                 source: kube(),
             },
             Error::FinalizerUse("x".into()),
+            Error::Controllers("x".into()),
             Error::Listen {
                 addr: ([127, 0, 0, 1], 1).into(),
                 source: io(),
