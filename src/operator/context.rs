@@ -116,6 +116,8 @@ pub struct Ctx {
     pub requested: DashMap<(&'static str, String), std::time::Instant>,
     /// Integration calls in flight and their outcomes.
     pub calls: Arc<super::calls::Calls>,
+    /// Transition calls in flight, outside the task reconciles, and their outcomes.
+    pub transitions: super::transition_calls::TransitionCalls,
     /// Live task state between transitions (followers of the task processes).
     pub live: Arc<super::live::Live>,
     /// The task control client every caller uses (one policy, one channel cache).

@@ -36,6 +36,7 @@ pub mod task_index;
 pub mod task_sets;
 pub mod task_step;
 pub mod transition_args;
+pub mod transition_calls;
 pub mod trim;
 pub mod unread;
 pub mod watch_index;

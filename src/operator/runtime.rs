@@ -240,11 +240,13 @@ pub async fn run_controllers(
         gate.await;
         let _ = listed_tx.send(true);
     });
-    // A follower that sees a task change by itself wakes that task's reconcile.
+    // A follower that sees a task change by itself, or a transition call that ends, wakes
+    // that task's reconcile.
     let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<Task>>();
     // ENVBRIDGE_CONTROL_ALLOW_REMOTE is read here, once per start (docs/operator.md).
     let control = ControlClient::from_env();
     let ctx = Arc::new(Ctx {
+        transitions: super::transition_calls::TransitionCalls::new(wake_tx.clone()),
         live: Arc::new(super::live::Live::new(wake_tx, control.clone())),
         control,
         calls: Arc::default(),
@@ -353,6 +355,7 @@ pub async fn run_controllers(
         "operator controllers running"
     );
     futures::join!(task_ctl, env_ctl);
+    ctx.transitions.wait_idle().await;
     gate.abort();
     for h in background {
         h.abort();

@@ -29,6 +29,7 @@ mod probes;
 mod real_nodes;
 mod restart;
 mod shards;
+mod slow_calls;
 mod status_refused;
 mod teardown;
 mod unread;

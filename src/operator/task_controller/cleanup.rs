@@ -18,6 +18,7 @@ use crate::operator::control_api::TaskEndpoint;
 use crate::operator::names::service_name;
 use crate::operator::pod_status::observe;
 use crate::operator::stored_pod::StoredPod;
+use crate::operator::transition_calls::Found;
 use crate::operator::{Error, Result, delete_ignore_missing, unread};
 use crate::plan::ControlMode;
 use crate::state::{Event, State};
@@ -30,13 +31,25 @@ pub(super) async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
     let uid = task.uid().unwrap_or_default();
     let pod = ctx.pods.get(&ObjectRef::new(&name).within(&ns));
     let svc = ctx.services.get(&ObjectRef::new(&sname).within(&ns));
+    // A transition call under way ends first (bounded by its deadline; its end wakes this
+    // reconcile): the process is taken out from the state it answered.
+    let reached = match ctx.transitions.find(&uid) {
+        Found::Running => {
+            return Err(Error::Pending {
+                what: format!("task {ns}/{name}: its transition call"),
+                after: Duration::from_secs(1),
+            });
+        }
+        Found::Done(_, outcome) => outcome.ok(),
+        Found::Nothing => None,
+    };
     // One delete each: while the store has not shown the deletion yet, not another.
     if let Some(p) = &pod
         && p.metadata.deletion_timestamp.is_none()
         && awaiting_store(ctx, POD_DELETION, &uid).is_none()
     {
         ctx.live.unfollow(&uid);
-        take_out(task, ctx, p).await;
+        take_out(task, ctx, p, reached).await;
         delete_ignore_missing(
             &Api::<Pod>::namespaced(ctx.client.clone(), &ns),
             &name,
@@ -113,6 +126,7 @@ pub(super) async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
     }
     ctx.verified.remove(&uid);
     ctx.answered.remove(&uid);
+    ctx.transitions.forget(&uid);
     ctx.live.unfollow(&uid);
     forget_endpoint(task, &ctx.control);
     Ok(Action::await_change())
@@ -133,12 +147,13 @@ pub fn take_out_events(from: State) -> &'static [Event] {
 
 /// Before a live task's pod is deleted, its process goes out in order, bounded by the
 /// shutdown timeout; a refusal or the timeout only ends the attempt (the pod goes anyway).
-pub(super) async fn take_out(task: &Task, ctx: &Ctx, pod: &StoredPod) {
+/// `reached`: the state a transition call answered that the status does not show yet.
+pub(super) async fn take_out(task: &Task, ctx: &Ctx, pod: &StoredPod, reached: Option<State>) {
     let tref = &task.spec.task;
     if !matches!(tref.control_mode, ControlMode::Direct | ControlMode::Fairmq) {
         return;
     }
-    let Some(mut at) = task.status.as_ref().and_then(|s| s.state) else {
+    let Some(mut at) = reached.or_else(|| task.status.as_ref().and_then(|s| s.state)) else {
         return;
     };
     let view = observe(pod);

@@ -33,7 +33,9 @@ pub use objects::HOOK_RUN;
 use objects::{POD, awaiting_store, create_pod, ensure_service, pod_age, record_pod};
 pub use outcome::COND_ENDED;
 use outcome::{Step, fail};
-use process::{control, ended, process_failed, recover_pending, startup_failed, transition};
+use process::{
+    control, ended, process_failed, recover_pending, settle, startup_failed, transition,
+};
 
 mod cleanup;
 mod hook;
@@ -129,6 +131,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
     let tref = &task.spec.task;
     step.write_status = true;
     let task_uid = task.uid().unwrap_or_default();
+    settle(task, ctx, st);
     let (seen, pod) = observe_task(task, ctx, st, &task_uid);
     let labels = task_labels(
         &task.spec.environment,
@@ -158,6 +161,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         }
         (Next::Recreate, _) => {
             info!(task = %name, "RECOVER: creating a new pod");
+            ctx.transitions.forget(&task_uid);
             st.conditions.retain(|c| c.type_ != COND_ENDED);
             st.state = None;
             st.message = None;
@@ -170,6 +174,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         }
         (Next::PodVanished, _) => {
             ctx.live.unfollow(&task_uid);
+            ctx.transitions.forget(&task_uid);
             let was = st.state.unwrap_or_default();
             fail(
                 st,
@@ -195,6 +200,7 @@ async fn drive(task: &Task, ctx: &Ctx, st: &mut TaskStatus, step: &mut Step) -> 
         }
         (Next::CreatePod, _) => {
             ctx.live.unfollow(&task_uid);
+            ctx.transitions.forget(&task_uid);
             create_pod(task, ctx, st, step, &labels, None).await?;
             // The pod first (it has to start), then its Service.
             if st.state != Some(State::Error) {
@@ -232,6 +238,7 @@ async fn live_pod(
         return Ok(());
     };
     if decided == Next::ReplaceEndedPod {
+        ctx.transitions.forget(&task_uid);
         st.conditions.retain(|c| c.type_ != COND_ENDED);
         delete_ignore_missing(&pod_api(), &name, "Pod", &ns).await?;
         step.action = Some(Action::requeue(Duration::from_secs(1)));
@@ -263,7 +270,7 @@ async fn live_pod(
                 task.metadata.generation,
             );
             let deadline = ctx.args.control_deadline(tref.timeout_seconds);
-            transition(task, st, None, deadline, false).await;
+            transition(task, st, None, deadline, false);
             step.action = Some(Action::await_change());
         }
         Next::Completed => {

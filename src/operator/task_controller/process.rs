@@ -20,6 +20,7 @@ use crate::operator::pod_status::PodView;
 use crate::operator::pod_story;
 use crate::operator::stored_pod::StoredPod;
 use crate::operator::transition_args;
+use crate::operator::transition_calls::{Called, Found, Outcome};
 use crate::plan::ControlMode;
 use crate::state::{Event, State, next};
 
@@ -117,6 +118,11 @@ pub(super) async fn control(
 ) {
     let tref = &task.spec.task;
     let task_uid = task.uid().unwrap_or_default();
+    if ctx.transitions.running(&task_uid) {
+        // Its end wakes this Task's reconcile; nothing to read or follow until then.
+        step.action = Some(Action::await_change());
+        return;
+    }
     let ep = TaskEndpoint {
         addr: SocketAddr::new(ip, tref.control_port),
         mode: tref.control_mode,
@@ -175,7 +181,10 @@ pub(super) async fn control(
             }
         }
     }
-    transition(task, st, Some((&ep, ctx)), deadline, protocol).await;
+    if transition(task, st, Some((&ep, ctx)), deadline, protocol) == Calling::UnderWay {
+        step.action = Some(Action::await_change());
+        return;
+    }
     if protocol && !ctx.args.no_live_state {
         follow_live(task, ctx, st, &ep).await;
     }
@@ -251,22 +260,31 @@ pub(super) fn recover_pending(task: &Task, st: &TaskStatus) -> bool {
         })
 }
 
-/// Performs the task's pending transition (the one whose id its status has not recorded).
-pub(super) async fn transition(
+/// Whether a transition left for a call under way (its end wakes the Task's reconcile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Calling {
+    Settled,
+    UnderWay,
+}
+
+/// Performs the task's pending transition (the one whose id its status has not recorded):
+/// at once when no call is needed, else by a call started in `ctx.transitions`, whose
+/// outcome a later reconcile takes ([`settle`]).
+pub(super) fn transition(
     task: &Task,
     st: &mut TaskStatus,
     ep: Option<(&TaskEndpoint, &Ctx)>,
     deadline: Duration,
     protocol: bool,
-) {
+) -> Calling {
     let Some(req) = &task.spec.transition else {
-        return;
+        return Calling::Settled;
     };
     if st.transition.as_ref().is_some_and(|t| t.id == req.id) {
-        return;
+        return Calling::Settled;
     }
     let Some(from) = st.state.filter(|s| *s != State::Deploying) else {
-        return;
+        return Calling::Settled;
     };
     let done = |phase, message: String| TransitionStatus {
         id: req.id.clone(),
@@ -283,39 +301,77 @@ pub(super) async fn transition(
     };
     if from == target {
         st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
-        return;
+        return Calling::Settled;
     }
     if next(from, event).is_none() {
         let msg = format!("{} does not apply in state {from}", req.event);
         st.transition = Some(done(TransitionPhase::Failed, msg));
-        return;
+        return Calling::Settled;
     }
     let (true, Some((ep, ctx))) = (protocol, ep) else {
         st.state = Some(target);
         st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
-        return;
+        return Calling::Settled;
     };
     let args = match req.event {
         Event::GoError => transition_args::go_error_stop(&req.arguments),
         e => transition_args::arguments(e, &task.spec.task, &req.arguments),
     };
     let uid = task.uid().unwrap_or_default();
-    debug!(target: "envbridge::hops", hop = "task_call", transition = %req.id, task = %task.name_any());
-    let result = {
-        let _call = ctx.live.calling(&uid);
-        ctx.control
-            .transition(ep, from, event, &args, deadline)
-            .await
+    let name = task.name_any();
+    let id = req.id.clone();
+    debug!(target: "envbridge::hops", hop = "task_call", transition = %id, task = %name);
+    let (control, live, ep) = (ctx.control.clone(), ctx.live.clone(), *ep);
+    let called = Called {
+        id: id.clone(),
+        event: req.event,
+        from,
+        target,
     };
-    debug!(target: "envbridge::hops", hop = "task_answered", transition = %req.id, task = %task.name_any());
-    match result {
-        Ok(reached) if reached == target => {
+    let key = uid.clone();
+    ctx.transitions
+        .start(&uid, ObjectRef::from_obj(task), called, async move {
+            let outcome = {
+                let _call = live.calling(&key);
+                control.transition(&ep, from, event, &args, deadline).await
+            };
+            debug!(target: "envbridge::hops", hop = "task_answered", transition = %id, task = %name);
+            outcome
+        });
+    Calling::UnderWay
+}
+
+/// A transition call that ended since the task's last reconcile: its outcome goes into the
+/// status first, as if the reconcile had waited for the call.
+pub(super) fn settle(task: &Task, ctx: &Ctx, st: &mut TaskStatus) {
+    if let Found::Done(called, outcome) = ctx.transitions.find(&task.uid().unwrap_or_default()) {
+        record_outcome(task, st, &called, outcome);
+    }
+}
+
+/// A call's outcome into the status. A transition the status records already (the task
+/// failed while the call was under way, and `fail` recorded it) keeps what it has.
+fn record_outcome(task: &Task, st: &mut TaskStatus, called: &Called, outcome: Outcome) {
+    if st.transition.as_ref().is_some_and(|t| t.id == called.id) {
+        return;
+    }
+    let done = |phase, message: String| TransitionStatus {
+        id: called.id.clone(),
+        event: called.event,
+        phase,
+        message,
+    };
+    match outcome {
+        Ok(reached) if reached == called.target => {
             st.state = Some(reached);
             st.message = None;
             st.transition = Some(done(TransitionPhase::Succeeded, String::new()));
         }
         Ok(reached) => {
-            let msg = format!("{} ended in {reached}, expected {target}", req.event);
+            let msg = format!(
+                "{} ended in {reached}, expected {}",
+                called.event, called.target
+            );
             st.state = Some(reached);
             if reached == State::Error {
                 st.message = Some(msg.clone());
@@ -323,7 +379,7 @@ pub(super) async fn transition(
             st.transition = Some(done(TransitionPhase::Failed, msg));
         }
         Err(e) => {
-            let msg = format!("{} failed: {e}", req.event);
+            let msg = format!("{} failed: {e}", called.event);
             fail(st, task, msg.clone());
             st.transition = Some(done(TransitionPhase::Failed, msg));
         }

@@ -1,0 +1,58 @@
+//! Control calls that take long (a real process's CONFIGURE takes seconds): a task's call does
+//! not hold one of the operator's `--task-concurrency` reconciles, so the tasks of a transition
+//! are called all at once however many there are.
+
+use super::*;
+
+/// Eight tasks whose CONFIGURE takes 3 s, an operator with 2 task reconciles at a time: the
+/// transition takes about one call, not four rounds of two calls (12 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_calls_run_together_beyond_the_reconcile_concurrency() -> Res {
+    const CALL: Duration = Duration::from_secs(3);
+    let fx = fixture("slowcalls").await?;
+    let sims = Sims::start(&fx);
+    let op = start_with(
+        &fx,
+        OperatorArgs {
+            task_concurrency: 2,
+            ..args(&fx.ns, None)
+        },
+    )
+    .await?;
+    let tasks: Vec<TaskRef> = (1..=8)
+        .map(|n| {
+            let host = if n % 2 == 0 { "flp001" } else { "flp002" };
+            let mut t = task_ref("sc", host, "readout", n, ControlMode::Direct);
+            t.env.push(EnvVar {
+                name: "ENVBRIDGE_SIM_DELAY".into(),
+                value: format!("CONFIGURE={}ms", CALL.as_millis()).into(),
+            });
+            t
+        })
+        .collect();
+    deploy(&fx, "sc", &tasks, false).await?;
+    wait_env(&fx, "sc", "STANDBY 8/8", |e| {
+        state_is(State::Standby)(e)
+            && e.status.as_ref().and_then(|s| s.ready.as_deref()) == Some("8/8")
+    })
+    .await?;
+    let took = transition_succeeds(&fx, "sc", "c1", Event::Configure).await?;
+    println!("CONFIGURE of 8 tasks answering in {CALL:?} each, 2 reconciles at a time: {took:?}");
+    assert!(
+        took >= CALL,
+        "the simulators' delay did not apply: {took:?}"
+    );
+    // Four rounds of two calls would take 12 s; all at once, one call and its writes.
+    assert!(
+        took < CALL * 3,
+        "the calls waited for reconciles: {took:?} for 8 calls of {CALL:?}"
+    );
+    let took = transition_succeeds(&fx, "sc", "r1", Event::Reset).await?;
+    println!("RESET (no delay): {took:?}");
+    let env = wait_env(&fx, "sc", "STANDBY", state_is(State::Standby)).await?;
+    assert_eq!(env.status.unwrap().ready.as_deref(), Some("8/8"));
+    destroy(&fx, "sc").await?;
+    op.stop().await?;
+    sims.stop().await;
+    finish(fx).await
+}
