@@ -43,7 +43,7 @@ pub enum Found {
 struct Entry {
     called: Called,
     outcome: Option<Outcome>,
-    abort: AbortHandle,
+    abort: Option<AbortHandle>,
 }
 
 /// Task uid -> its call in flight or its outcome not yet taken.
@@ -96,13 +96,15 @@ impl TransitionCalls {
         let key = uid.to_string();
         let id = called.id.clone();
         // The entry is in the map before the call can end (its task waits on the shard's
-        // lock until `insert` below releases it).
+        // lock until `slot` is dropped below).
         let mut slot = self.calls.entry(key.clone()).or_insert_with(|| Entry {
             called: called.clone(),
             outcome: None,
-            abort: tokio::spawn(async {}).abort_handle(),
+            abort: None,
         });
-        slot.abort.abort();
+        if let Some(earlier) = slot.abort.take() {
+            earlier.abort();
+        }
         let handle = tokio::spawn(async move {
             let outcome = call.await;
             if let Some(mut e) = calls.get_mut(&key)
@@ -116,15 +118,15 @@ impl TransitionCalls {
         *slot = Entry {
             called,
             outcome: None,
-            abort: handle.abort_handle(),
+            abort: Some(handle.abort_handle()),
         };
     }
 
     /// Stops the task's call, if any, and drops its outcome (its process was replaced or its
     /// Task is gone).
     pub fn forget(&self, uid: &str) {
-        if let Some((_, e)) = self.calls.remove(uid) {
-            e.abort.abort();
+        if let Some(abort) = self.calls.remove(uid).and_then(|(_, e)| e.abort) {
+            abort.abort();
         }
     }
 
