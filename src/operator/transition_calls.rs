@@ -137,15 +137,6 @@ impl TransitionCalls {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
-
-    /// Calls under way or outcomes not taken (0 between transitions).
-    pub fn len(&self) -> usize {
-        self.calls.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.calls.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -190,7 +181,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(calls.find("u1"), Found::Nothing));
-        assert!(calls.is_empty());
+        assert!(calls.calls.is_empty());
     }
 
     #[tokio::test]
@@ -203,7 +194,7 @@ mod tests {
         });
         calls.forget("u1");
         assert!(matches!(calls.find("u1"), Found::Nothing));
-        assert_eq!(calls.len(), 0);
+        assert!(calls.calls.is_empty());
         // Its task was stopped: it never wakes the Task.
         let woken = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await;
         assert!(woken.is_err(), "a stopped call woke its task");

@@ -286,12 +286,7 @@ pub(super) fn transition(
     let Some(from) = st.state.filter(|s| *s != State::Deploying) else {
         return Calling::Settled;
     };
-    let done = |phase, message: String| TransitionStatus {
-        id: req.id.clone(),
-        event: req.event,
-        phase,
-        message,
-    };
+    let done = |phase, message| recorded(&req.id, req.event, phase, message);
     // The anchor's GO_ERROR: the environment goes to ERROR; a task still RUNNING is stopped
     // (STOP with the STOP keys), the others keep their state. No process knows GO_ERROR.
     let (event, target) = match req.event {
@@ -355,12 +350,7 @@ fn record_outcome(task: &Task, st: &mut TaskStatus, called: &Called, outcome: Ou
     if st.transition.as_ref().is_some_and(|t| t.id == called.id) {
         return;
     }
-    let done = |phase, message: String| TransitionStatus {
-        id: called.id.clone(),
-        event: called.event,
-        phase,
-        message,
-    };
+    let done = |phase, message| recorded(&called.id, called.event, phase, message);
     match outcome {
         Ok(reached) if reached == called.target => {
             st.state = Some(reached);
@@ -383,6 +373,16 @@ fn record_outcome(task: &Task, st: &mut TaskStatus, called: &Called, outcome: Ou
             fail(st, task, msg.clone());
             st.transition = Some(done(TransitionPhase::Failed, msg));
         }
+    }
+}
+
+/// How a Task's status records the end of its transition `id`.
+fn recorded(id: &str, event: Event, phase: TransitionPhase, message: String) -> TransitionStatus {
+    TransitionStatus {
+        id: id.to_string(),
+        event,
+        phase,
+        message,
     }
 }
 
