@@ -400,8 +400,10 @@ fn env_value(pod: &Pod, name: &str) -> Option<String> {
 
 /// Task simulators for the pods of one namespace, as `envbridge dev sim-runner` runs them for
 /// the whole plane: one per Running pod on `<podIP>:$OCC_CONTROL_PORT`, fairmq when the pod
-/// says so, failures from the pod's `ENVBRIDGE_SIM_*` env. An address already served (by a
-/// sim-runner) is left to it.
+/// says so, failures from the pod's `ENVBRIDGE_SIM_*` env. A pod's simulator stops when the
+/// pod is gone, as a process dies with its pod: the plane reuses a deleted pod's IP, and a
+/// simulator left on it would answer for another test's pod. An address that cannot be bound
+/// yet (another test's simulator not stopped yet) is tried again at the next look.
 struct Sims {
     stop: CancellationToken,
     handle: JoinHandle<()>,
@@ -414,13 +416,21 @@ impl Sims {
         let pods: Api<Pod> = Api::namespaced(fx.admin.clone(), &fx.ns);
         let token = stop.clone();
         let handle = tokio::spawn(async move {
-            let mut served = std::collections::HashSet::new();
+            let mut served = std::collections::HashMap::<String, CancellationToken>::new();
             while !token.is_cancelled() {
-                let list = pods
-                    .list(&ListParams::default())
-                    .await
-                    .map(|l| l.items)
-                    .unwrap_or_default();
+                let Ok(list) = pods.list(&ListParams::default()).await.map(|l| l.items) else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let listed: std::collections::HashSet<String> =
+                    list.iter().filter_map(|p| p.uid()).collect();
+                served.retain(|uid, sim| {
+                    let keep = listed.contains(uid);
+                    if !keep {
+                        sim.cancel();
+                    }
+                    keep
+                });
                 for pod in list {
                     let uid = pod.uid().unwrap_or_default();
                     let running =
@@ -429,7 +439,7 @@ impl Sims {
                     let (Some(ip), true) = (ip, running) else {
                         continue;
                     };
-                    if served.contains(&uid) {
+                    if served.contains_key(&uid) {
                         continue;
                     }
                     let get = |k: &str| env_value(&pod, k).unwrap_or_default();
@@ -457,12 +467,12 @@ impl Sims {
                     ) else {
                         continue;
                     };
-                    served.insert(uid);
                     let Ok(listener) = bind(std::net::SocketAddr::new(ip, port), false).await
                     else {
                         continue;
                     };
-                    let t = token.clone();
+                    let t = token.child_token();
+                    served.insert(uid, t.clone());
                     tokio::spawn(async move {
                         let _ = serve(listener, Simulator::new(config), async move {
                             t.cancelled().await
