@@ -4,10 +4,13 @@
 //! its call would hold one of the controller's `--task-concurrency` places all that time, so
 //! 10,000 tasks would be called 256 at a time, round after round. Instead the reconcile starts
 //! the call here and ends; the call runs as a task of its own, keeps its outcome, and wakes
-//! the Task's reconcile, which takes the outcome and writes it.
+//! the Task's reconcile, which takes the outcome and writes it. A deleted Task's take-out
+//! (STOP, RESET, EXIT before its pod goes) runs here too, for the same reason: a real
+//! process's STOP takes seconds, and a teardown would otherwise go 256 tasks at a time.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
 use kube::runtime::reflector::ObjectRef;
@@ -27,6 +30,16 @@ pub struct Called {
     pub target: State,
 }
 
+/// What a call is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// The Task's requested transition: its outcome goes into the Task's status.
+    Transition(Called),
+    /// A deleted Task's process taken out in order before its pod goes: its outcome only says
+    /// that the take-out ended.
+    TakeOut,
+}
+
 /// A call's answer: the state the process reached, or why it did not answer.
 pub type Outcome = Result<State, ControlError>;
 
@@ -37,11 +50,13 @@ pub enum Found {
     /// A call is under way; its end wakes the Task's reconcile.
     Running,
     /// A call ended; its outcome is handed over once (the entry is gone).
-    Done(Called, Outcome),
+    Done(Call, Outcome),
 }
 
 struct Entry {
-    called: Called,
+    call: Call,
+    /// Which start this is: a replaced call's end must not fill its successor's entry.
+    seq: u64,
     outcome: Option<Outcome>,
     abort: Option<AbortHandle>,
 }
@@ -50,6 +65,7 @@ struct Entry {
 pub struct TransitionCalls {
     calls: Arc<DashMap<String, Entry>>,
     wake: UnboundedSender<ObjectRef<Task>>,
+    started: AtomicU64,
 }
 
 impl TransitionCalls {
@@ -58,6 +74,7 @@ impl TransitionCalls {
         Self {
             calls: Arc::default(),
             wake,
+            started: AtomicU64::new(0),
         }
     }
 
@@ -72,7 +89,7 @@ impl TransitionCalls {
         let outcome = e.outcome.take();
         drop(e);
         match (self.calls.remove(uid), outcome) {
-            (Some((_, e)), Some(o)) => Found::Done(e.called, o),
+            (Some((_, e)), Some(o)) => Found::Done(e.call, o),
             _ => Found::Nothing,
         }
     }
@@ -87,18 +104,19 @@ impl TransitionCalls {
     /// returned `Nothing`.
     ///
     /// [`find`]: TransitionCalls::find
-    pub fn start<F>(&self, uid: &str, task: ObjectRef<Task>, called: Called, call: F)
+    pub fn start<F>(&self, uid: &str, task: ObjectRef<Task>, call: Call, work: F)
     where
         F: Future<Output = Outcome> + Send + 'static,
     {
         let calls = self.calls.clone();
         let wake = self.wake.clone();
         let key = uid.to_string();
-        let id = called.id.clone();
+        let seq = self.started.fetch_add(1, Ordering::Relaxed);
         // The entry is in the map before the call can end (its task waits on the shard's
         // lock until `slot` is dropped below).
         let mut slot = self.calls.entry(key.clone()).or_insert_with(|| Entry {
-            called: called.clone(),
+            call: call.clone(),
+            seq,
             outcome: None,
             abort: None,
         });
@@ -106,9 +124,9 @@ impl TransitionCalls {
             earlier.abort();
         }
         let handle = tokio::spawn(async move {
-            let outcome = call.await;
+            let outcome = work.await;
             if let Some(mut e) = calls.get_mut(&key)
-                && e.called.id == id
+                && e.seq == seq
                 && e.outcome.is_none()
             {
                 e.outcome = Some(outcome);
@@ -116,7 +134,8 @@ impl TransitionCalls {
             let _ = wake.send(task);
         });
         *slot = Entry {
-            called,
+            call,
+            seq,
             outcome: None,
             abort: Some(handle.abort_handle()),
         };
@@ -145,13 +164,13 @@ mod tests {
 
     use super::*;
 
-    fn called(id: &str) -> Called {
-        Called {
+    fn called(id: &str) -> Call {
+        Call::Transition(Called {
             id: id.into(),
             event: Event::Configure,
             from: State::Standby,
             target: State::Configured,
-        }
+        })
     }
 
     fn task(name: &str) -> ObjectRef<Task> {
@@ -216,7 +235,7 @@ mod tests {
         });
         let _ = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
         match calls.find("u1") {
-            Found::Done(c, Err(_)) => assert_eq!(c.id, "c2"),
+            Found::Done(c, Err(_)) => assert_eq!(c, called("c2")),
             other => panic!("{other:?}"),
         }
     }

@@ -14,11 +14,11 @@ use super::outcome::publish;
 use super::process::forget_endpoint;
 use crate::crd::Task;
 use crate::operator::context::Ctx;
-use crate::operator::control_api::TaskEndpoint;
+use crate::operator::control_api::{ControlError, TaskEndpoint};
 use crate::operator::names::service_name;
 use crate::operator::pod_status::observe;
 use crate::operator::stored_pod::StoredPod;
-use crate::operator::transition_calls::Found;
+use crate::operator::transition_calls::{Call, Found};
 use crate::operator::{Error, Result, delete_ignore_missing, unread};
 use crate::plan::ControlMode;
 use crate::state::{Event, State};
@@ -31,17 +31,19 @@ pub(super) async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
     let uid = task.uid().unwrap_or_default();
     let pod = ctx.pods.get(&ObjectRef::new(&name).within(&ns));
     let svc = ctx.services.get(&ObjectRef::new(&sname).within(&ns));
-    // A transition call under way ends first (bounded by its deadline; its end wakes this
-    // reconcile): the process is taken out from the state it answered.
-    let reached = match ctx.transitions.find(&uid) {
+    // A call under way ends first (bounded by its deadline; its end wakes this reconcile): a
+    // transition's, and the process is taken out from the state it answered; or the
+    // take-out's, and the pod goes.
+    let (reached, taken_out) = match ctx.transitions.find(&uid) {
         Found::Running => {
             return Err(Error::Pending {
-                what: format!("task {ns}/{name}: its transition call"),
+                what: format!("task {ns}/{name}: its control call"),
                 after: Duration::from_secs(1),
             });
         }
-        Found::Done(_, outcome) => outcome.ok(),
-        Found::Nothing => None,
+        Found::Done(Call::Transition(_), outcome) => (outcome.ok(), false),
+        Found::Done(Call::TakeOut, _) => (None, true),
+        Found::Nothing => (None, false),
     };
     // One delete each: while the store has not shown the deletion yet, not another.
     if let Some(p) = &pod
@@ -49,7 +51,12 @@ pub(super) async fn cleanup(task: &Task, ctx: &Ctx) -> Result<Action> {
         && awaiting_store(ctx, POD_DELETION, &uid).is_none()
     {
         ctx.live.unfollow(&uid);
-        take_out(task, ctx, p, reached).await;
+        if !taken_out && take_out(task, ctx, p, reached) {
+            return Err(Error::Pending {
+                what: format!("task {ns}/{name}: its process going out"),
+                after: Duration::from_secs(1),
+            });
+        }
         delete_ignore_missing(
             &Api::<Pod>::namespaced(ctx.client.clone(), &ns),
             &name,
@@ -148,21 +155,27 @@ pub fn take_out_events(from: State) -> &'static [Event] {
 /// Before a live task's pod is deleted, its process goes out in order, bounded by the
 /// shutdown timeout; a refusal or the timeout only ends the attempt (the pod goes anyway).
 /// `reached`: the state a transition call answered that the status does not show yet.
-pub(super) async fn take_out(task: &Task, ctx: &Ctx, pod: &StoredPod, reached: Option<State>) {
+/// Starts the take-out as a call of its own (its end wakes the Task) and says whether it
+/// did: false when there is no live process to take out.
+pub(super) fn take_out(task: &Task, ctx: &Ctx, pod: &StoredPod, reached: Option<State>) -> bool {
     let tref = &task.spec.task;
     if !matches!(tref.control_mode, ControlMode::Direct | ControlMode::Fairmq) {
-        return;
+        return false;
     }
-    let Some(mut at) = reached.or_else(|| task.status.as_ref().and_then(|s| s.state)) else {
-        return;
+    let Some(from) = reached.or_else(|| task.status.as_ref().and_then(|s| s.state)) else {
+        return false;
     };
     let view = observe(pod);
     let (Some(Ok(ip)), "Running") = (
         view.ip.as_deref().map(str::parse::<IpAddr>),
         view.phase.as_str(),
     ) else {
-        return;
+        return false;
     };
+    let events = take_out_events(from);
+    if events.is_empty() {
+        return false;
+    }
     let ep = TaskEndpoint {
         addr: SocketAddr::new(ip, tref.control_port),
         mode: tref.control_mode,
@@ -170,19 +183,33 @@ pub(super) async fn take_out(task: &Task, ctx: &Ctx, pod: &StoredPod, reached: O
     let name = task.name_any();
     let budget = Duration::from_secs(u64::from(ctx.args.shutdown_timeout_seconds));
     let deadline = ctx.args.control_deadline(tref.timeout_seconds).min(budget);
-    let steps = async {
-        for event in take_out_events(at) {
-            match ctx.control.transition(&ep, at, *event, &[], deadline).await {
+    let control = ctx.control.clone();
+    let steps = async move {
+        let mut at = from;
+        for event in events {
+            match control.transition(&ep, at, *event, &[], deadline).await {
                 Ok(reached) => at = reached,
                 Err(e) => {
                     warn!(task = %name, %event, error = %e, "taking the task out: refused; its pod goes anyway");
-                    return;
+                    return Err(e);
                 }
             }
         }
         debug!(task = %name, state = %at, "task taken out before its pod is deleted");
+        Ok(at)
     };
-    if tokio::time::timeout(budget, steps).await.is_err() {
-        warn!(task = %name, timeout = ?budget, "taking the task out timed out; its pod goes anyway");
-    }
+    let uid = task.uid().unwrap_or_default();
+    let tname = task.name_any();
+    ctx.transitions
+        .start(&uid, ObjectRef::from_obj(task), Call::TakeOut, async move {
+            tokio::time::timeout(budget, steps).await.unwrap_or_else(|_| {
+                warn!(task = %tname, timeout = ?budget, "taking the task out timed out; its pod goes anyway");
+                Err(ControlError::Deadline {
+                    addr: ep.addr,
+                    call: "taking the task out".into(),
+                    deadline: budget,
+                })
+            })
+        });
+    true
 }

@@ -20,7 +20,7 @@ use crate::operator::pod_status::PodView;
 use crate::operator::pod_story;
 use crate::operator::stored_pod::StoredPod;
 use crate::operator::transition_args;
-use crate::operator::transition_calls::{Called, Found, Outcome};
+use crate::operator::transition_calls::{Call, Called, Found, Outcome};
 use crate::plan::ControlMode;
 use crate::state::{Event, State, next};
 
@@ -325,7 +325,7 @@ pub(super) fn transition(
     };
     let key = uid.clone();
     ctx.transitions
-        .start(&uid, ObjectRef::from_obj(task), called, async move {
+        .start(&uid, ObjectRef::from_obj(task), Call::Transition(called), async move {
             let outcome = {
                 let _call = live.calling(&key);
                 control.transition(&ep, from, event, &args, deadline).await
@@ -339,7 +339,10 @@ pub(super) fn transition(
 /// A transition call that ended since the task's last reconcile: its outcome goes into the
 /// status first, as if the reconcile had waited for the call.
 pub(super) fn settle(task: &Task, ctx: &Ctx, st: &mut TaskStatus) {
-    if let Found::Done(called, outcome) = ctx.transitions.find(&task.uid().unwrap_or_default()) {
+    // A take-out is a deleted Task's alone (`cleanup`): a live Task never has one.
+    if let Found::Done(Call::Transition(called), outcome) =
+        ctx.transitions.find(&task.uid().unwrap_or_default())
+    {
         record_outcome(task, st, &called, outcome);
     }
 }
