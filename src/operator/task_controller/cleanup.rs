@@ -181,6 +181,7 @@ pub(super) fn take_out(task: &Task, ctx: &Ctx, pod: &StoredPod, reached: Option<
         mode: tref.control_mode,
     };
     let name = task.name_any();
+    let tname = name.clone();
     let budget = Duration::from_secs(u64::from(ctx.args.shutdown_timeout_seconds));
     let deadline = ctx.args.control_deadline(tref.timeout_seconds).min(budget);
     let control = ctx.control.clone();
@@ -199,7 +200,6 @@ pub(super) fn take_out(task: &Task, ctx: &Ctx, pod: &StoredPod, reached: Option<
         Ok(at)
     };
     let uid = task.uid().unwrap_or_default();
-    let tname = task.name_any();
     ctx.transitions
         .start(&uid, ObjectRef::from_obj(task), Call::TakeOut, async move {
             tokio::time::timeout(budget, steps).await.unwrap_or_else(|_| {

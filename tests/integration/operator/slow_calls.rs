@@ -4,12 +4,18 @@
 
 use super::*;
 
-/// Eight tasks whose CONFIGURE takes 3 s, an operator with 2 task reconciles at a time: the
-/// transition takes about one call, not four rounds of two calls (12 s).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slow_calls_run_together_beyond_the_reconcile_concurrency() -> Res {
-    const CALL: Duration = Duration::from_secs(3);
-    let fx = fixture("slowcalls").await?;
+/// How long the slow call takes.
+const CALL: Duration = Duration::from_secs(3);
+
+/// Eight direct tasks numbered `numbers` (control port 47100 + n, on two nodes) whose
+/// `event` takes [`CALL`], STANDBY under an operator allowed 2 task reconciles at a time.
+async fn eight_slow_tasks(
+    test: &str,
+    env: &str,
+    numbers: std::ops::RangeInclusive<u16>,
+    event: Event,
+) -> Res<(Fixture, Sims, Running)> {
+    let fx = fixture(test).await?;
     let sims = Sims::start(&fx);
     let op = start_with(
         &fx,
@@ -19,23 +25,32 @@ async fn slow_calls_run_together_beyond_the_reconcile_concurrency() -> Res {
         },
     )
     .await?;
-    let tasks: Vec<TaskRef> = (1..=8)
+    let tasks: Vec<TaskRef> = numbers
         .map(|n| {
             let host = if n % 2 == 0 { "flp001" } else { "flp002" };
-            let mut t = task_ref("sc", host, "readout", n, ControlMode::Direct);
+            let mut t = task_ref(env, host, "readout", n, ControlMode::Direct);
             t.env.push(EnvVar {
                 name: "ENVBRIDGE_SIM_DELAY".into(),
-                value: format!("CONFIGURE={}ms", CALL.as_millis()).into(),
+                value: format!("{event}={}ms", CALL.as_millis()).into(),
             });
             t
         })
         .collect();
-    deploy(&fx, "sc", &tasks, false).await?;
-    wait_env(&fx, "sc", "STANDBY 8/8", |e| {
+    assert_eq!(tasks.len(), 8);
+    deploy(&fx, env, &tasks, false).await?;
+    wait_env(&fx, env, "STANDBY 8/8", |e| {
         state_is(State::Standby)(e)
             && e.status.as_ref().and_then(|s| s.ready.as_deref()) == Some("8/8")
     })
     .await?;
+    Ok((fx, sims, op))
+}
+
+/// Eight tasks whose CONFIGURE takes 3 s, an operator with 2 task reconciles at a time: the
+/// transition takes about one call, not four rounds of two calls (12 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_calls_run_together_beyond_the_reconcile_concurrency() -> Res {
+    let (fx, sims, op) = eight_slow_tasks("slowcalls", "sc", 1..=8, Event::Configure).await?;
     let took = transition_succeeds(&fx, "sc", "c1", Event::Configure).await?;
     println!("CONFIGURE of 8 tasks answering in {CALL:?} each, 2 reconciles at a time: {took:?}");
     assert!(
@@ -62,36 +77,9 @@ async fn slow_calls_run_together_beyond_the_reconcile_concurrency() -> Res {
 /// rounds of two (12 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_take_outs_run_together_beyond_the_reconcile_concurrency() -> Res {
-    const CALL: Duration = Duration::from_secs(3);
-    let fx = fixture("slowexit").await?;
-    let sims = Sims::start(&fx);
-    let op = start_with(
-        &fx,
-        OperatorArgs {
-            task_concurrency: 2,
-            ..args(&fx.ns, None)
-        },
-    )
-    .await?;
     // Ports of their own (47111-47118): the pods share their node's address, and the test
     // above uses 47101-47108 on the same nodes.
-    let tasks: Vec<TaskRef> = (11..=18)
-        .map(|n| {
-            let host = if n % 2 == 0 { "flp001" } else { "flp002" };
-            let mut t = task_ref("se", host, "readout", n, ControlMode::Direct);
-            t.env.push(EnvVar {
-                name: "ENVBRIDGE_SIM_DELAY".into(),
-                value: format!("EXIT={}ms", CALL.as_millis()).into(),
-            });
-            t
-        })
-        .collect();
-    deploy(&fx, "se", &tasks, false).await?;
-    wait_env(&fx, "se", "STANDBY 8/8", |e| {
-        state_is(State::Standby)(e)
-            && e.status.as_ref().and_then(|s| s.ready.as_deref()) == Some("8/8")
-    })
-    .await?;
+    let (fx, sims, op) = eight_slow_tasks("slowexit", "se", 11..=18, Event::Exit).await?;
     let t0 = Instant::now();
     destroy(&fx, "se").await?;
     let took = t0.elapsed();
