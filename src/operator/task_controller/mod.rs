@@ -92,6 +92,9 @@ async fn apply(task: Arc<Task>, ctx: &Ctx) -> Result<Action> {
             debug!(target: "envbridge::hops", hop = "task_status_written", transition = %t.id, task = %task.name_any());
         }
     }
+    if let Some(change) = step.live_change.take() {
+        change.told(ctx, &task).await;
+    }
     if step.delete_pod && !ctx.args.keep_pods {
         let ns = task.namespace().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);

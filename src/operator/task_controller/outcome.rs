@@ -6,6 +6,7 @@ use tracing::{info, warn};
 
 use crate::crd::{Task, TaskStatus, TransitionPhase, TransitionStatus};
 use crate::operator::context::Ctx;
+use crate::operator::live;
 use crate::operator::pod_story;
 use crate::state::State;
 
@@ -19,6 +20,25 @@ pub(super) struct Step {
     pub(super) write_status: bool,
     pub(super) delete_pod: bool,
     pub(super) action: Option<Action>,
+    /// A change a follower saw, which the new status records.
+    pub(super) live_change: Option<LiveChange>,
+}
+
+/// A change of state a task's follower saw between transitions. It is told (an Event) and
+/// forgotten only once the status that records it is written: the follower reports a lost
+/// connection once, so a write refused (apiserver or etcd down) must leave it for the retry.
+pub(super) struct LiveChange {
+    pub(super) obs: live::Observed,
+    pub(super) reason: &'static str,
+    pub(super) message: String,
+}
+
+impl LiveChange {
+    pub(super) async fn told(self, ctx: &Ctx, task: &Task) {
+        ctx.live
+            .consumed(&task.uid().unwrap_or_default(), &self.obs);
+        publish(ctx, task, self.reason, self.message).await;
+    }
 }
 
 pub(super) fn fail(st: &mut TaskStatus, task: &Task, message: String) {

@@ -10,7 +10,7 @@ use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, warn};
 
 use super::objects::running_for;
-use super::outcome::{COND_ENDED, Step, fail, publish};
+use super::outcome::{COND_ENDED, LiveChange, Step, fail, publish};
 use crate::crd::{Task, TaskStatus, TransitionPhase, TransitionStatus};
 use crate::operator::context::Ctx;
 use crate::operator::control_api::{ControlClient, ControlError, TaskEndpoint};
@@ -186,12 +186,19 @@ pub(super) async fn control(
         return;
     }
     if protocol && !ctx.args.no_live_state {
-        follow_live(task, ctx, st, &ep).await;
+        follow_live(task, ctx, st, step, &ep).await;
     }
 }
 
-/// Keeps a follower on the task process while it runs, and applies what it saw.
-pub(super) async fn follow_live(task: &Task, ctx: &Ctx, st: &mut TaskStatus, ep: &TaskEndpoint) {
+/// Keeps a follower on the task process while it runs, and applies what it saw (told and
+/// forgotten once the status is written: [`LiveChange`]).
+pub(super) async fn follow_live(
+    task: &Task,
+    ctx: &Ctx,
+    st: &mut TaskStatus,
+    step: &mut Step,
+    ep: &TaskEndpoint,
+) {
     let uid = task.uid().unwrap_or_default();
     match st.state {
         Some(State::Done) | None | Some(State::Deploying) => {
@@ -214,19 +221,23 @@ pub(super) async fn follow_live(task: &Task, ctx: &Ctx, st: &mut TaskStatus, ep:
         verdict = live::confirmed(current, &obs, read.as_ref().map(|(s, _)| *s))
             .unwrap_or(live::Verdict::Nothing);
     }
-    ctx.live.consumed(&uid, &obs);
     let live::Verdict::Apply {
         state,
         reason,
         message,
     } = verdict
     else {
+        ctx.live.consumed(&uid, &obs);
         return;
     };
     warn!(task = %task.name_any(), %state, %message, "task changed state between transitions");
     st.state = Some(state);
     st.message = Some(message.clone());
-    publish(ctx, task, reason, message).await;
+    step.live_change = Some(LiveChange {
+        obs,
+        reason,
+        message,
+    });
 }
 
 /// A state read to confirm what a follower saw (direct GetState takes ~1 s while RUNNING).

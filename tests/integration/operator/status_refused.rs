@@ -7,7 +7,8 @@
 //! The refusal is real: a ValidatingAdmissionPolicy denying this namespace's Task status
 //! writes that record a CONFIGURE, and a probe ConfigMap that tells when it is enforced.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use envbridge::control::{ControlClient, TaskEndpoint};
@@ -33,14 +34,14 @@ fn admission(kind: &str) -> ApiResource {
     ))
 }
 
-/// Installs the refusal and waits until it is enforced (the probe ConfigMap is denied).
-async fn refuse_configure_status(admin: &Client, ns: &str, name: &str) -> Res {
+/// Installs a refusal of this namespace's Task status writes whose status matches `denied`
+/// (CEL over `object.status`) and waits until it is enforced (the probe ConfigMap is denied).
+async fn refuse_task_status(admin: &Client, ns: &str, name: &str, denied: &str) -> Res {
     let pp = PatchParams::apply("envbridge-tests").force();
     let expression = format!(
         "request.namespace != '{ns}' || (request.resource.resource == 'configmaps' \
          ? object.metadata.name != 'probe' \
-         : !(has(object.status) && has(object.status.transition) \
-             && object.status.transition.event == 'CONFIGURE'))"
+         : !(has(object.status) && {denied}))"
     );
     let policy = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -125,7 +126,9 @@ async fn a_refused_status_write_is_written_again_and_the_step_is_not_sent_twice(
         ControlMode::Direct,
     );
 
-    refuse_configure_status(&fx.admin, &fx.ns, &policy).await?;
+    let configure =
+        "has(object.status.transition) && object.status.transition.event == 'CONFIGURE'";
+    refuse_task_status(&fx.admin, &fx.ns, &policy, configure).await?;
     transition(&fx, "sr", "c1", Event::Configure).await?;
     // The task answers CONFIGURE; its Task cannot record it.
     let t0 = Instant::now();
@@ -158,4 +161,82 @@ async fn a_refused_status_write_is_written_again_and_the_step_is_not_sent_twice(
     op.stop().await?;
     sims.stop().await;
     finish(fx).await
+}
+
+/// A task process lost while its Task's status cannot be written (the fault run's seed
+/// 14118305120460058142: the apiserver killed, and a task killed as it came back): the
+/// follower reports a lost connection once, so the operator keeps what it saw until the
+/// ERROR is written. The Task must end in ERROR once writes pass, not show STANDBY for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_lost_while_its_status_cannot_be_written_is_recorded_once_writes_pass() -> Res {
+    let fx = fixture("lost-refused").await?;
+    let policy = fx.ns.clone();
+    let op = start(&fx, None).await?;
+    let t = task_ref("lr", "flp004", "readout", 21, ControlMode::Direct);
+    deploy(&fx, "lr", std::slice::from_ref(&t), false).await?;
+    // The task's process is the test's child, so that it can be killed.
+    let addr = SocketAddr::new(running_pod_ip(&fx, &t.name).await?, t.control_port);
+    let mut process = tokio::process::Command::new(env!("CARGO_BIN_EXE_envbridge"))
+        .args(["task-sim", "--listen", &addr.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    wait_env(&fx, "lr", "STANDBY", state_is(State::Standby)).await?;
+
+    let error = "has(object.status.state) && object.status.state == 'ERROR'";
+    refuse_task_status(&fx.admin, &fx.ns, &policy, error).await?;
+    process.start_kill()?;
+    process.wait().await?;
+    // Long enough for the follower to find the process gone and the write to be refused.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let tasks = Api::<Task>::namespaced(fx.admin.clone(), &fx.ns);
+    let state = |t: &Task| t.status.as_ref().and_then(|s| s.state);
+    assert_eq!(
+        state(&tasks.get(&t.name).await?),
+        Some(State::Standby),
+        "the refusal did not hold"
+    );
+
+    remove_refusal(&fx.admin, &policy).await?;
+    let t0 = Instant::now();
+    loop {
+        let task = tasks.get(&t.name).await?;
+        if state(&task) == Some(State::Error) {
+            let message = task.status.and_then(|s| s.message).unwrap_or_default();
+            assert!(
+                message.contains("control connection lost while STANDBY"),
+                "{message}"
+            );
+            break;
+        }
+        assert!(
+            t0.elapsed() < WAIT,
+            "the lost task still shows {:?}",
+            state(&task)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_env(&fx, "lr", "ERROR", state_is(State::Error)).await?;
+    destroy(&fx, "lr").await?;
+    op.stop().await?;
+    finish(fx).await
+}
+
+/// The IP of the task's pod once it runs.
+async fn running_pod_ip(fx: &super::Fixture, name: &str) -> Res<IpAddr> {
+    let pods = Api::<Pod>::namespaced(fx.admin.clone(), &fx.ns);
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = pods.get_opt(name).await?.and_then(|p| p.status)
+            && status.phase.as_deref() == Some("Running")
+            && let Some(ip) = status.pod_ip
+        {
+            return Ok(ip.parse()?);
+        }
+        if t0.elapsed() > WAIT {
+            return Err(format!("pod {name} never ran").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
