@@ -2,10 +2,11 @@
 //! the apiserver itself is down) is written again once writes pass, never re-derived by
 //! sending the task the same step twice (the fault run's seed 2118642602097680009: etcd
 //! killed mid-CONFIGURE, the task CONFIGURED, the retried CONFIGURE refused "state mismatch",
-//! the transition failed though no task was faulty).
+//! the transition failed though no task was faulty); and a task lost while its status
+//! cannot be written is recorded once writes pass.
 //!
 //! The refusal is real: a ValidatingAdmissionPolicy denying this namespace's Task status
-//! writes that record a CONFIGURE, and a probe ConfigMap that tells when it is enforced.
+//! writes that record a CONFIGURE (or an ERROR), `support::refusal`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::Stdio;
@@ -15,98 +16,14 @@ use envbridge::control::{ControlClient, TaskEndpoint};
 use envbridge::crd::Task;
 use envbridge::plan::ControlMode;
 use envbridge::state::{Event, State};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::discovery::ApiResource;
-use kube::{Api, Client};
-use serde_json::json;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
 
 use super::{
     Res, Sims, WAIT, assert_succeeded, deploy, destroy, finish, fixture, start, state_is, task_ref,
     transition, wait_env, wait_transition,
 };
-
-fn admission(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-        "admissionregistration.k8s.io",
-        "v1",
-        kind,
-    ))
-}
-
-/// Installs a refusal of this namespace's Task status writes whose status matches `denied`
-/// (CEL over `object.status`) and waits until it is enforced (the probe ConfigMap is denied).
-async fn refuse_task_status(admin: &Client, ns: &str, name: &str, denied: &str) -> Res {
-    let pp = PatchParams::apply("envbridge-tests").force();
-    let expression = format!(
-        "request.namespace != '{ns}' || (request.resource.resource == 'configmaps' \
-         ? object.metadata.name != 'probe' \
-         : !(has(object.status) && {denied}))"
-    );
-    let policy = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [
-                {"apiGroups": [envbridge::crd::GROUP], "apiVersions": ["*"],
-                 "operations": ["UPDATE"], "resources": ["tasks/status"]},
-                {"apiGroups": [""], "apiVersions": ["v1"],
-                 "operations": ["CREATE"], "resources": ["configmaps"]}
-            ]},
-            "validations": [{"expression": expression, "message": "refused by the test"}]
-        }
-    });
-    let binding = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {"policyName": name, "validationActions": ["Deny"]}
-    });
-    Api::<DynamicObject>::all_with(admin.clone(), &admission("ValidatingAdmissionPolicy"))
-        .patch(name, &pp, &Patch::Apply(&policy))
-        .await?;
-    Api::<DynamicObject>::all_with(
-        admin.clone(),
-        &admission("ValidatingAdmissionPolicyBinding"),
-    )
-    .patch(name, &pp, &Patch::Apply(&binding))
-    .await?;
-    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
-    let probe: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "probe"}}))?;
-    let t0 = Instant::now();
-    loop {
-        match cms.create(&PostParams::default(), &probe).await {
-            Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => return Ok(()),
-            Ok(_) => {
-                cms.delete("probe", &DeleteParams::default()).await?;
-            }
-            Err(e) => return Err(e.into()),
-        }
-        if t0.elapsed() > WAIT {
-            return Err("the admission policy was never enforced".into());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn remove_refusal(admin: &Client, name: &str) -> Res {
-    for kind in [
-        "ValidatingAdmissionPolicyBinding",
-        "ValidatingAdmissionPolicy",
-    ] {
-        match Api::<DynamicObject>::all_with(admin.clone(), &admission(kind))
-            .delete(name, &DeleteParams::default())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
+use crate::support::refusal::{lift, refuse_updates};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_status_write_is_written_again_and_the_step_is_not_sent_twice() -> Res {
@@ -126,9 +43,9 @@ async fn a_refused_status_write_is_written_again_and_the_step_is_not_sent_twice(
         ControlMode::Direct,
     );
 
-    let configure =
-        "has(object.status.transition) && object.status.transition.event == 'CONFIGURE'";
-    refuse_task_status(&fx.admin, &fx.ns, &policy, configure).await?;
+    let configure = "has(object.status) && has(object.status.transition) \
+                     && object.status.transition.event == 'CONFIGURE'";
+    refuse_updates(&fx.admin, &fx.ns, &policy, "tasks/status", configure).await?;
     transition(&fx, "sr", "c1", Event::Configure).await?;
     // The task answers CONFIGURE; its Task cannot record it.
     let t0 = Instant::now();
@@ -150,7 +67,7 @@ async fn a_refused_status_write_is_written_again_and_the_step_is_not_sent_twice(
     let recorded = task.status.and_then(|s| s.transition).map(|t| t.id);
     assert_ne!(recorded.as_deref(), Some("c1"), "the refusal did not hold");
 
-    remove_refusal(&fx.admin, &policy).await?;
+    lift(&fx.admin, &policy).await?;
     assert_succeeded(&wait_transition(&fx, "sr", "c1").await?);
     wait_env(&fx, "sr", "CONFIGURED", state_is(State::Configured)).await?;
     let (state, _) = ControlClient::default()
@@ -184,8 +101,8 @@ async fn a_task_lost_while_its_status_cannot_be_written_is_recorded_once_writes_
         .spawn()?;
     wait_env(&fx, "lr", "STANDBY", state_is(State::Standby)).await?;
 
-    let error = "has(object.status.state) && object.status.state == 'ERROR'";
-    refuse_task_status(&fx.admin, &fx.ns, &policy, error).await?;
+    let error = "has(object.status) && has(object.status.state) && object.status.state == 'ERROR'";
+    refuse_updates(&fx.admin, &fx.ns, &policy, "tasks/status", error).await?;
     process.start_kill()?;
     process.wait().await?;
     // Long enough for the follower to find the process gone and the write to be refused.
@@ -198,7 +115,7 @@ async fn a_task_lost_while_its_status_cannot_be_written_is_recorded_once_writes_
         "the refusal did not hold"
     );
 
-    remove_refusal(&fx.admin, &policy).await?;
+    lift(&fx.admin, &policy).await?;
     let t0 = Instant::now();
     loop {
         let task = tasks.get(&t.name).await?;

@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod refusal;
+
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
