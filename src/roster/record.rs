@@ -137,6 +137,32 @@ impl EnvRecord {
         o.changed_at = self.changed_at;
         *self == o
     }
+
+    /// A bare record of `key` (STANDBY desired, no state yet), for unit tests to fill in.
+    #[cfg(test)]
+    pub fn bare(key: EnvKey) -> EnvRecord {
+        EnvRecord {
+            key,
+            id: "a".into(),
+            workflow: "readout-dataflow".into(),
+            nodes: 1,
+            tasks: 0,
+            desired: State::Standby,
+            state: None,
+            requested: None,
+            observed: None,
+            counts: BTreeMap::new(),
+            failing: vec![],
+            failing_critical: 0,
+            deleting: false,
+            run_number: None,
+            description: None,
+            variables: Default::default(),
+            run_variables: Default::default(),
+            created_at: SystemTime::UNIX_EPOCH,
+            changed_at: SystemTime::UNIX_EPOCH,
+        }
+    }
 }
 
 impl TaskRecord {

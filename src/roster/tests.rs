@@ -9,25 +9,8 @@ fn env_key() -> EnvKey {
 
 fn env(tasks: u32) -> EnvRecord {
     EnvRecord {
-        key: env_key(),
-        id: "a".into(),
-        workflow: "readout-dataflow".into(),
-        nodes: 1,
         tasks,
-        desired: State::Standby,
-        state: None,
-        requested: None,
-        observed: None,
-        counts: BTreeMap::new(),
-        failing: vec![],
-        failing_critical: 0,
-        deleting: false,
-        run_number: None,
-        description: None,
-        variables: Default::default(),
-        run_variables: Default::default(),
-        created_at: SystemTime::UNIX_EPOCH,
-        changed_at: SystemTime::UNIX_EPOCH,
+        ..EnvRecord::bare(env_key())
     }
 }
 

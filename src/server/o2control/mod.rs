@@ -229,26 +229,14 @@ pub(crate) mod fixture {
     /// 1,700,000,000,123 ms.
     pub fn env(id: &str, nodes: u32, tasks: u32, state: Option<State>) -> EnvRecord {
         EnvRecord {
-            key: EnvKey::new("runs", "e1"),
             id: id.into(),
-            workflow: "readout-dataflow".into(),
             nodes,
             tasks,
-            desired: State::Standby,
             state,
-            requested: None,
-            observed: None,
-            counts: Default::default(),
-            failing: vec![],
-            failing_critical: 0,
-            deleting: false,
-            run_number: None,
-            description: None,
-            variables: Default::default(),
-            run_variables: Default::default(),
             created_at: SystemTime::UNIX_EPOCH
                 + std::time::Duration::from_millis(1_700_000_000_123),
             changed_at: SystemTime::now(),
+            ..EnvRecord::bare(EnvKey::new("runs", "e1"))
         }
     }
 

@@ -134,25 +134,10 @@ mod tests {
 
     fn env(key: &EnvKey, id: &str) -> crate::roster::EnvRecord {
         crate::roster::EnvRecord {
-            key: key.clone(),
             id: id.into(),
             workflow: "w".into(),
-            nodes: 1,
             tasks: 1,
-            desired: crate::state::State::Standby,
-            state: None,
-            requested: None,
-            observed: None,
-            counts: Default::default(),
-            failing: vec![],
-            failing_critical: 0,
-            deleting: false,
-            run_number: None,
-            description: None,
-            variables: Default::default(),
-            run_variables: Default::default(),
-            created_at: std::time::SystemTime::UNIX_EPOCH,
-            changed_at: std::time::SystemTime::UNIX_EPOCH,
+            ..crate::roster::EnvRecord::bare(key.clone())
         }
     }
 

@@ -35,6 +35,17 @@ fn create(id: &str, extra: &[(&str, &str)]) -> pb::CreateEnvironmentRequest {
     }
 }
 
+/// Creates environment `id`, whose StfBuilder (a FairMQ device) on flp002 moves itself to
+/// ERROR 3 s into RUNNING.
+async fn create_failing_when_running(
+    api: &mut envbridge::server::pb::env_bridge_client::EnvBridgeClient<tonic::transport::Channel>,
+    id: &str,
+) {
+    let fails = [("sim_fail_host", "flp002"), ("sim_fail_in", "RUNNING=3s")];
+    let c = fixture::create(api, create(id, &fails)).await;
+    assert_eq!(c.outcome, "reached", "{}", c.message);
+}
+
 /// Waits until the environment shows ERROR with `task` failing; returns the failure's message
 /// and how long it took.
 async fn until_error(
@@ -58,6 +69,22 @@ async fn until_error(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Whether environment `id`'s spec asks GO_ERROR.
+async fn go_error_asked(envs: &Api<envbridge::crd::Environment>, id: &str) -> bool {
+    envs.list(&Default::default())
+        .await
+        .expect("environments")
+        .items
+        .iter()
+        .any(|e| {
+            e.spec.id == id
+                && e.spec
+                    .transition
+                    .as_ref()
+                    .is_some_and(|t| t.event == envbridge::state::Event::GoError)
+        })
 }
 
 /// WatchEvents delivers the task's ERROR (no transition asked for it).
@@ -100,16 +127,7 @@ async fn failures_between_transitions_reach_the_environment_and_watch_events() {
         .expect("WatchEvents")
         .into_inner();
 
-    // StfBuilder (a FairMQ device) on flp002 moves itself to ERROR 3 s into RUNNING.
-    let c = fixture::create(
-        &mut api,
-        create(
-            &self_id,
-            &[("sim_fail_host", "flp002"), ("sim_fail_in", "RUNNING=3s")],
-        ),
-    )
-    .await;
-    assert_eq!(c.outcome, "reached", "{}", c.message);
+    create_failing_when_running(&mut api, &self_id).await;
     let k = fixture::create(&mut api, create(&kill_id, &[])).await;
     assert_eq!(k.outcome, "reached", "{}", k.message);
     for id in [&self_id, &kill_id] {
@@ -153,19 +171,7 @@ async fn failures_between_transitions_reach_the_environment_and_watch_events() {
             .iter()
             .filter(|t| t.spec.environment.ends_with(&self_id))
             .collect();
-        let go_error = envs
-            .list(&Default::default())
-            .await
-            .expect("environments")
-            .items
-            .iter()
-            .any(|e| {
-                e.spec.id == self_id
-                    && e.spec
-                        .transition
-                        .as_ref()
-                        .is_some_and(|t| t.event == envbridge::state::Event::GoError)
-            });
+        let go_error = go_error_asked(&envs, &self_id).await;
         let stopped = mine.iter().all(|t| {
             let st = t.status.as_ref().and_then(|s| s.state);
             if t.metadata.name.as_deref() == Some(stfb_name.as_str()) {
@@ -294,5 +300,67 @@ async fn failures_between_transitions_reach_the_environment_and_watch_events() {
             "StfBuilder's simulator did not receive {step}:\n{fmq}"
         );
     }
+    stack.stop().await;
+}
+
+/// The automatic GO_ERROR whose request the apiserver refuses (as it refuses every write while
+/// it or etcd is down) is asked again once writes pass: the environment is not left ERROR with
+/// its other tasks RUNNING. The refusal is real: a ValidatingAdmissionPolicy denying
+/// Environment updates that ask GO_ERROR in the test's namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_automatic_go_error_is_asked_again_once_writes_pass() {
+    let ns = TestNamespace::new("daemon-go-error").await;
+    let suffix = support::random_suffix();
+    let id = format!("goerr{suffix}");
+    // Beside the other live test's ranges (ports..ports+49).
+    let ports = 54050 + (u16::from_str_radix(&suffix[..4], 16).unwrap_or(0) % 100) * 100;
+    let stack = Stack::start(&ns, &[&id], ports, None).await;
+    let mut api = stack.daemon.client().await;
+    create_failing_when_running(&mut api, &id).await;
+    let policy = ns.name.clone();
+    let go_error = "has(object.spec.transition) && object.spec.transition.event == 'GO_ERROR'";
+    support::refusal::refuse_updates(&ns.client, &ns.name, &policy, "environments", go_error)
+        .await
+        .expect("refusal");
+    for (ev, args) in [
+        ("CONFIGURE", &[][..]),
+        ("START", &[("run_number", "8")][..]),
+    ] {
+        let r = fixture::run_transition(&mut api, transition(&id, ev, args)).await;
+        assert!(r.ok, "{id} {ev}: {} {:?}", r.message, r.failures);
+    }
+    let tasks: Api<Task> = Api::namespaced(ns.client.clone(), &ns.name);
+    let failed = tasks
+        .list(&Default::default())
+        .await
+        .expect("tasks")
+        .items
+        .into_iter()
+        .find(|t| t.spec.task.class.contains("stfbuilder") && t.spec.task.node == "flp002")
+        .and_then(|t| t.metadata.name)
+        .expect("stfbuilder on flp002");
+    until_error(&mut api, &id, &failed).await;
+    let envs: Api<envbridge::crd::Environment> = Api::namespaced(ns.client.clone(), &ns.name);
+    // Long enough for the leader to ask, be refused, and ask again.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        !go_error_asked(&envs, &id).await,
+        "the refusal did not hold"
+    );
+
+    support::refusal::lift(&ns.client, &policy)
+        .await
+        .expect("lift");
+    let lifted = Instant::now();
+    while !go_error_asked(&envs, &id).await {
+        assert!(
+            lifted.elapsed() < SEEN_WITHIN,
+            "no GO_ERROR asked within {SEEN_WITHIN:?} of writes passing again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("GO_ERROR asked {:?} after writes passed", lifted.elapsed());
+    let gone = fixture::destroy(&mut api, &id, 90).await;
+    assert!(gone.gone, "{id}: {}", gone.message);
     stack.stop().await;
 }
