@@ -128,7 +128,12 @@ impl Bridge {
     /// Its own namespace, when it has one, is deleted last and not waited for.
     pub async fn destroy(&self, env: &str, wait: bool, timeout: Option<Duration>) -> Result<bool> {
         self.ensure_leader()?;
-        let rec = self.resolve(env)?;
+        let rec = match self.resolve(env) {
+            Err(BridgeError::NotFound(_)) if self.cfg.per_env_namespace() => {
+                return self.destroy_leftover(env).await;
+            }
+            found => found?,
+        };
         let key = rec.key.clone();
         let ns = key.namespace.to_string();
         let envs: Api<Environment> = Api::namespaced(self.client.clone(), &ns);
@@ -174,5 +179,36 @@ impl Bridge {
         }
         tracing::info!(environment = %key, gone, "environment destroyed");
         Ok(gone)
+    }
+
+    /// A destroy of an environment already gone, whose own namespace may be left: the
+    /// destroy that deleted the Environment ends by deleting it, and its daemon may have been
+    /// killed while it waited (fault run seed 1207, round 8); the caller's retry finds no
+    /// Environment. The namespace goes now if it is ours and the cluster shows no Environment
+    /// in it (the roster may lag: the cluster is asked); NotFound otherwise, as before.
+    async fn destroy_leftover(&self, env: &str) -> Result<bool> {
+        let (ns, name) = match env.split_once('/') {
+            Some((ns, name)) => (ns.to_string(), name.to_string()),
+            None => {
+                let name = crate::plan::names::environment_name(env);
+                (self.cfg.namespace_for(&name), name)
+            }
+        };
+        // Not while a create (of this very environment, maybe) prepares its namespace.
+        let _no_create = self.create_lock.lock().await;
+        let envs: Api<Environment> = Api::namespaced(self.client.clone(), &ns);
+        let held = match envs.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(held) => held,
+            // No such namespace name can exist (an id no environment ever had).
+            Err(kube::Error::Api(s)) if (400..500).contains(&s.code) => {
+                return Err(BridgeError::NotFound(env.into()));
+            }
+            Err(e) => return Err(BridgeError::kube(format!("list Environments in {ns}"))(e)),
+        };
+        if !held.items.is_empty() || !namespace::delete(&self.client, &ns, &name).await? {
+            return Err(BridgeError::NotFound(env.into()));
+        }
+        tracing::info!(environment = %env, namespace = %ns, "environment already gone: its namespace deleted");
+        Ok(true)
     }
 }

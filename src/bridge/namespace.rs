@@ -130,8 +130,9 @@ async fn wait_active(api: &Api<Namespace>, name: &str, timeout: Duration) -> Res
     }
 }
 
-/// Deletes the namespace if it is ours (does not wait: a re-create waits for it instead).
-pub async fn delete(client: &kube::Client, name: &str, env_name: &str) -> Result<()> {
+/// Deletes the namespace if it is ours and not going already (does not wait: a re-create
+/// waits for it instead); true when it was deleted now.
+pub async fn delete(client: &kube::Client, name: &str, env_name: &str) -> Result<bool> {
     let api: Api<Namespace> = Api::all(client.clone());
     match api
         .get_opt(name)
@@ -147,14 +148,14 @@ pub async fn delete(client: &kube::Client, name: &str, env_name: &str) -> Result
                 resource_version: None,
             });
             match api.delete(name, &dp).await {
-                Ok(_) => Ok(()),
-                Err(e) if is_not_found(&e) => Ok(()),
+                Ok(_) => Ok(true),
+                Err(e) if is_not_found(&e) => Ok(false),
                 // The uid precondition failed: not the namespace that was checked.
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                 Err(e) => Err(BridgeError::kube(format!("delete namespace {name}"))(e)),
             }
         }
-        _ => Ok(()),
+        _ => Ok(false),
     }
 }
 

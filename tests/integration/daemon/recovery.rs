@@ -4,18 +4,25 @@
 
 use super::*;
 
+/// A daemon that gives each environment a namespace of its own, `prefix` + its name.
+fn own_namespaces(prefix: &str) -> BridgeConfig {
+    BridgeConfig {
+        namespaces: NamespaceMode::PerEnvironment {
+            prefix: prefix.to_string(),
+        },
+        field_manager: "envbridge-daemon-test".into(),
+        caller: fixed_ns("unused").caller,
+        ..BridgeConfig::default()
+    }
+}
+
 #[tokio::test]
 async fn destroy_and_recreate_at_once_while_the_old_namespace_terminates() {
     let ns = Setup::shared("daemon-nsre").await;
     let prefix = format!("{}-", ns.name);
     let cfg = BridgeConfig {
-        namespaces: NamespaceMode::PerEnvironment {
-            prefix: prefix.clone(),
-        },
-        field_manager: "envbridge-daemon-test".into(),
         namespace_gone_timeout: Duration::from_secs(90),
-        caller: fixed_ns("unused").caller,
-        ..BridgeConfig::default()
+        ..own_namespaces(&prefix)
     };
     let d = ns.daemon_with(cfg).await;
     let mut api = d.client().await;
@@ -122,6 +129,67 @@ async fn destroy_and_recreate_at_once_while_the_old_namespace_terminates() {
     for n in [env_ns, foreign] {
         let _ = nss.delete(&n, &DeleteParams::background()).await;
     }
+}
+
+/// A destroy whose daemon was killed after deleting the Environment and before deleting the
+/// environment's namespace (fault run seed 1207, round 8): the caller's retry finds no
+/// Environment, and deletes the namespace left instead of answering NotFound for good.
+#[tokio::test]
+async fn a_retried_destroy_deletes_the_namespace_a_killed_destroy_left() {
+    let ns = Setup::shared("daemon-nsleft").await;
+    let prefix = format!("{}-", ns.name);
+    let d = ns.daemon_with(own_namespaces(&prefix)).await;
+    let mut api = d.client().await;
+    // An id of its own: every per-namespace daemon on the shared plane sees every namespace.
+    let id = "left1";
+    let env_ns = format!("{prefix}{id}");
+    let _sim = Sim::start(ns.client.clone(), &env_ns, SimConfig::default());
+    let mut req = create_req("", "flp001", 47700);
+    req.env_id = id.into();
+    let c = fixture::create(&mut api, req).await;
+    assert_eq!(
+        (c.namespace.as_str(), c.outcome.as_str()),
+        (env_ns.as_str(), "reached")
+    );
+
+    // What the killed destroy had done: the Environment deleted, its namespace not yet.
+    let envs: Api<Environment> = Api::namespaced(ns.client.clone(), &env_ns);
+    envs.delete(id, &DeleteParams::background())
+        .await
+        .expect("delete the Environment");
+    let t0 = Instant::now();
+    while api
+        .get_environment(pb::GetEnvironmentRequest { id: id.into() })
+        .await
+        .is_ok()
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{id} never left the roster"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let nss: Api<Namespace> = Api::all(ns.client.clone());
+    let left = nss.get(&env_ns).await.expect("the namespace left");
+    assert!(left.metadata.deletion_timestamp.is_none());
+
+    let gone = fixture::destroy(&mut api, id, 60).await;
+    assert!(gone.gone, "{}", gone.message);
+    let after = nss.get_opt(&env_ns).await.expect("namespace read");
+    assert!(
+        after.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
+        "the namespace left behind is not deleted"
+    );
+    // Nothing of it left: a destroy again is NotFound, as for any unknown environment.
+    let again = api
+        .destroy_environment(pb::DestroyEnvironmentRequest {
+            id: id.into(),
+            wait: true,
+            timeout_seconds: 10,
+        })
+        .await
+        .expect_err("nothing left to destroy");
+    assert_eq!(again.code(), tonic::Code::NotFound, "{}", again.message());
 }
 
 /// The apiserver PROCESS is stopped and started again (on a private control plane: the
