@@ -129,7 +129,38 @@ impl BridgeConfig {
         }
     }
 
+    /// Whether this daemon puts environments in namespace `ns` (its sweeps stay there).
+    pub fn owns_namespace(&self, ns: &str) -> bool {
+        match &self.namespaces {
+            NamespaceMode::PerEnvironment { prefix } => ns
+                .strip_prefix(prefix.as_str())
+                .is_some_and(|rest| !rest.is_empty()),
+            NamespaceMode::Fixed { namespace } => ns == namespace,
+        }
+    }
+
     pub fn per_env_namespace(&self) -> bool {
         matches!(self.namespaces, NamespaceMode::PerEnvironment { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_daemon_owns_only_the_namespaces_it_puts_environments_in() {
+        let per_env = BridgeConfig {
+            namespaces: NamespaceMode::PerEnvironment {
+                prefix: "env-".into(),
+            },
+            ..BridgeConfig::default()
+        };
+        assert!(per_env.owns_namespace("env-a"));
+        assert!(!per_env.owns_namespace("env-"));
+        assert!(!per_env.owns_namespace("other-a"));
+        let fixed = BridgeConfig::default();
+        assert!(fixed.owns_namespace("envbridge"));
+        assert!(!fixed.owns_namespace("envbridge-a"));
     }
 }

@@ -20,6 +20,7 @@ pub mod namespace;
 pub mod render;
 pub mod run_numbers;
 pub mod sweep;
+pub mod sweep_namespaces;
 pub mod templates;
 pub mod transition;
 pub mod validate;
@@ -134,7 +135,7 @@ impl Bridge {
 
     /// Runs the watches that feed the roster, and what follows from them (the automatic
     /// GO_ERROR of an environment whose critical task failed while RUNNING; the sweep of
-    /// TaskSets a crashed create left), until `stop`.
+    /// TaskSets a crashed create left and of the namespaces left behind), until `stop`.
     pub async fn run_watches(self: &Arc<Self>, stop: tokio_util::sync::CancellationToken) {
         let watches = watch::run(
             self.client.clone(),

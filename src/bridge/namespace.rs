@@ -16,13 +16,13 @@ use crate::crd::labels;
 
 const POLL: Duration = Duration::from_millis(200);
 
-fn ours(ns: &Namespace, env_name: &str) -> bool {
+pub(super) fn ours(ns: &Namespace, env_name: &str) -> bool {
     let l = ns.metadata.labels.as_ref();
     let get = |k: &str| l.and_then(|l| l.get(k)).map(String::as_str);
     get(labels::MANAGED_BY) == Some(labels::MANAGER) && get(labels::ENVIRONMENT) == Some(env_name)
 }
 
-fn terminating(ns: &Namespace) -> bool {
+pub(super) fn terminating(ns: &Namespace) -> bool {
     ns.metadata.deletion_timestamp.is_some()
         || ns.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
 }

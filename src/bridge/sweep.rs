@@ -1,6 +1,7 @@
 //! What the cluster holds beyond the roster: the ports of every TaskSet (an environment whose
 //! Tasks the operator has not written yet, e.g. while it is down, still holds its ports), and
-//! TaskSets a crashed create left without their Environment (swept).
+//! TaskSets a crashed create left without their Environment (swept, with the namespaces of
+//! `sweep_namespaces`).
 
 use std::sync::Arc;
 
@@ -72,13 +73,11 @@ impl Bridge {
             let (Some(ns), Some(name)) = (&set.metadata.namespace, &set.metadata.name) else {
                 continue;
             };
-            let age = set
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .and_then(|t| std::time::Duration::try_from(now.duration_since(t.0)).ok())
-                .unwrap_or_default();
-            if age < self.cfg.orphan_grace || set.metadata.deletion_timestamp.is_some() {
+            // Only where this daemon writes: another daemon's creates are not under our lock.
+            if !self.cfg.owns_namespace(ns)
+                || age(&set.metadata, now) < self.cfg.orphan_grace
+                || set.metadata.deletion_timestamp.is_some()
+            {
                 continue;
             }
             let envs: Api<Environment> = Api::namespaced(self.client.clone(), ns);
@@ -104,14 +103,17 @@ impl Bridge {
         Ok(swept)
     }
 
-    /// Sweeps at once and then every few minutes while this replica leads.
+    /// Sweeps at once and then every few minutes while this replica leads: TaskSets, then
+    /// the per-environment namespaces left behind.
     pub async fn run_sweeps(self: &Arc<Self>, stop: CancellationToken) {
         loop {
-            if self.is_leader()
-                && self.synced.all()
-                && let Err(e) = self.sweep_orphans().await
-            {
-                tracing::warn!(error = %e, "sweeping orphaned TaskSets");
+            if self.is_leader() && self.synced.all() {
+                if let Err(e) = self.sweep_orphans().await {
+                    tracing::warn!(error = %e, "sweeping orphaned TaskSets");
+                }
+                if let Err(e) = self.sweep_left_namespaces().await {
+                    tracing::warn!(error = %e, "sweeping namespaces left behind");
+                }
             }
             let wait = if self.synced.all() {
                 SWEEP_EVERY
@@ -124,4 +126,12 @@ impl Bridge {
             }
         }
     }
+}
+
+/// How old an object is (zero without a creation time, or one in the future).
+pub(super) fn age(meta: &kube::api::ObjectMeta, now: jiff::Timestamp) -> std::time::Duration {
+    meta.creation_timestamp
+        .as_ref()
+        .and_then(|t| std::time::Duration::try_from(now.duration_since(t.0)).ok())
+        .unwrap_or_default()
 }

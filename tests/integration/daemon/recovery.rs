@@ -192,6 +192,70 @@ async fn a_retried_destroy_deletes_the_namespace_a_killed_destroy_left() {
     assert_eq!(again.code(), tonic::Code::NotFound, "{}", again.message());
 }
 
+/// The same left namespace when no caller retries the destroy: the leader's sweep deletes it
+/// (here a daemon started after, with a grace of 0: it sweeps at once; 120 s by default), and
+/// leaves alone a namespace of its own that still holds its Environment.
+#[tokio::test]
+async fn a_namespace_left_by_a_destroy_no_one_retries_is_swept() {
+    let ns = Setup::shared("daemon-nssweep").await;
+    let prefix = format!("{}-", ns.name);
+    let d = ns.daemon_with(own_namespaces(&prefix)).await;
+    let mut api = d.client().await;
+    let mut sims = Vec::new();
+    for (id, host, port) in [("left2", "flp001", 47800), ("kept", "flp002", 47810)] {
+        let env_ns = format!("{prefix}{id}");
+        sims.push(Sim::start(ns.client.clone(), &env_ns, SimConfig::default()));
+        let mut req = create_req("", host, port);
+        req.env_id = id.into();
+        let c = fixture::create(&mut api, req).await;
+        assert_eq!(
+            (c.namespace.as_str(), c.outcome.as_str()),
+            (env_ns.as_str(), "reached"),
+            "{}",
+            c.message
+        );
+    }
+
+    // What the killed destroy had done: the Environment deleted, its namespace not yet.
+    let (left, kept) = (format!("{prefix}left2"), format!("{prefix}kept"));
+    let envs: Api<Environment> = Api::namespaced(ns.client.clone(), &left);
+    envs.delete("left2", &DeleteParams::background())
+        .await
+        .expect("delete the Environment");
+    crate::support::wait_for("the Environment gone", WAIT, || {
+        let envs = envs.clone();
+        async move { envs.get_opt("left2").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    let nss: Api<Namespace> = Api::all(ns.client.clone());
+    let before = nss.get(&left).await.expect("the namespace left");
+    assert!(before.metadata.deletion_timestamp.is_none());
+
+    let _next = ns
+        .daemon_with(BridgeConfig {
+            orphan_grace: Duration::ZERO,
+            ..own_namespaces(&prefix)
+        })
+        .await;
+    crate::support::wait_for("the namespace left to be swept", WAIT, || {
+        let nss = nss.clone();
+        let left = left.clone();
+        async move {
+            let n = nss.get_opt(&left).await.ok()?;
+            n.is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+                .then_some(())
+        }
+    })
+    .await;
+    let still = nss.get(&kept).await.expect("the namespace kept");
+    assert!(
+        still.metadata.deletion_timestamp.is_none(),
+        "a namespace holding its Environment was swept"
+    );
+    let gone = fixture::destroy(&mut api, "kept", 60).await;
+    assert!(gone.gone, "{}", gone.message);
+}
+
 /// The apiserver PROCESS is stopped and started again (on a private control plane: the
 /// shared one keeps serving the other tests). While it is away the daemon keeps answering
 /// from its roster and its watches keep retrying; afterwards the changes made in the
