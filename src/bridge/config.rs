@@ -68,7 +68,7 @@ pub struct BridgeConfig {
     /// namespace environments go to (None: the site grants it otherwise).
     pub operator_account: Option<(String, String)>,
     /// A TaskSet without its Environment this old is swept (a create crashed between its
-    /// writes).
+    /// writes), and so is a per-environment namespace without one.
     pub orphan_grace: Duration,
     /// A crash-test hook (zero but in tests): a pause between a create's TaskSet writes and
     /// its Environment write.

@@ -189,8 +189,9 @@ pub struct DaemonArgs {
     /// Seconds, for events without their own timeout.
     #[arg(long, env = "ENVBRIDGE_DEFAULT_TRANSITION_TIMEOUT")]
     pub default_transition_timeout: Option<u64>,
-    /// Seconds a TaskSet without its Environment (a create cut short by a crash) is kept
-    /// before the leader removes it (default 120).
+    /// Seconds a TaskSet without its Environment (a create cut short by a crash), or a
+    /// per-environment namespace without one (a destroy cut short), is kept before the leader
+    /// removes it (default 120).
     #[arg(long, env = "ENVBRIDGE_ORPHAN_GRACE")]
     pub orphan_grace: Option<u64>,
     #[command(flatten)]
