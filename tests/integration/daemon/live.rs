@@ -46,6 +46,19 @@ async fn create_failing_when_running(
     assert_eq!(c.outcome, "reached", "{}", c.message);
 }
 
+/// The task [`create_failing_when_running`] makes fail: the StfBuilder on flp002.
+async fn the_failing_task(tasks: &Api<Task>) -> String {
+    tasks
+        .list(&Default::default())
+        .await
+        .expect("tasks")
+        .items
+        .into_iter()
+        .find(|t| t.spec.task.class.contains("stfbuilder") && t.spec.task.node == "flp002")
+        .and_then(|t| t.metadata.name)
+        .expect("stfbuilder on flp002")
+}
+
 /// Waits until the environment shows ERROR with `task` failing; returns the failure's message
 /// and how long it took.
 async fn until_error(
@@ -330,15 +343,7 @@ async fn a_refused_automatic_go_error_is_asked_again_once_writes_pass() {
         assert!(r.ok, "{id} {ev}: {} {:?}", r.message, r.failures);
     }
     let tasks: Api<Task> = Api::namespaced(ns.client.clone(), &ns.name);
-    let failed = tasks
-        .list(&Default::default())
-        .await
-        .expect("tasks")
-        .items
-        .into_iter()
-        .find(|t| t.spec.task.class.contains("stfbuilder") && t.spec.task.node == "flp002")
-        .and_then(|t| t.metadata.name)
-        .expect("stfbuilder on flp002");
+    let failed = the_failing_task(&tasks).await;
     until_error(&mut api, &id, &failed).await;
     let envs: Api<envbridge::crd::Environment> = Api::namespaced(ns.client.clone(), &ns.name);
     // Long enough for the leader to ask, be refused, and ask again.
@@ -361,6 +366,63 @@ async fn a_refused_automatic_go_error_is_asked_again_once_writes_pass() {
     }
     eprintln!("GO_ERROR asked {:?} after writes passed", lifted.elapsed());
     let gone = fixture::destroy(&mut api, &id, 90).await;
+    assert!(gone.gone, "{id}: {}", gone.message);
+    stack.stop().await;
+}
+
+/// The leader gone between a critical task's failure and its automatic GO_ERROR: a replica
+/// that stood by all along (its roster fed by its own watches) leads next and asks it. The
+/// leader is "killed" by taking its lease away just after START (it can ask nothing after),
+/// the task fails 3 s into RUNNING, and the standby is made leader once the failure shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_leader_asks_the_go_error_its_dead_predecessor_did_not() {
+    use std::sync::atomic::Ordering;
+    let ns = TestNamespace::new("daemon-go-error-next").await;
+    let suffix = support::random_suffix();
+    let id = format!("gonext{suffix}");
+    // Offsets 25-35 and 75-85 of a hundred: beside the other live tests' ranges, whatever
+    // their suffixes (each uses the first ports of its two halves).
+    let ports = 54025 + (u16::from_str_radix(&suffix[..4], 16).unwrap_or(0) % 100) * 100;
+    let stack = Stack::start(&ns, &[&id], ports, None).await;
+    let standby = stack.another_daemon().await;
+    standby.bridge.leader_flag().store(false, Ordering::Release);
+    let mut api = stack.daemon.client().await;
+    create_failing_when_running(&mut api, &id).await;
+    for (ev, args) in [
+        ("CONFIGURE", &[][..]),
+        ("START", &[("run_number", "9")][..]),
+    ] {
+        let r = fixture::run_transition(&mut api, transition(&id, ev, args)).await;
+        assert!(r.ok, "{id} {ev}: {} {:?}", r.message, r.failures);
+    }
+    stack
+        .daemon
+        .bridge
+        .leader_flag()
+        .store(false, Ordering::Release);
+    let tasks: Api<Task> = Api::namespaced(ns.client.clone(), &ns.name);
+    let failed = the_failing_task(&tasks).await;
+    let mut reads = standby.client().await;
+    until_error(&mut reads, &id, &failed).await;
+    let envs: Api<envbridge::crd::Environment> = Api::namespaced(ns.client.clone(), &ns.name);
+    // Long enough for either replica to have asked, had it led.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !go_error_asked(&envs, &id).await,
+        "asked with no leader: the test shows nothing"
+    );
+
+    standby.bridge.leader_flag().store(true, Ordering::Release);
+    let leads = Instant::now();
+    while !go_error_asked(&envs, &id).await {
+        assert!(
+            leads.elapsed() < SEEN_WITHIN,
+            "the new leader asked no GO_ERROR within {SEEN_WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("GO_ERROR asked {:?} after the standby led", leads.elapsed());
+    let gone = fixture::destroy(&mut reads, &id, 90).await;
     assert!(gone.gone, "{id}: {}", gone.message);
     stack.stop().await;
 }

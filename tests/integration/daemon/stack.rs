@@ -15,6 +15,7 @@ pub struct Stack {
     pub logs: tempfile::TempDir,
     operator: fixture::Operator,
     pub daemon: Daemon,
+    cfg: envbridge::bridge::BridgeConfig,
 }
 
 impl Stack {
@@ -60,13 +61,22 @@ impl Stack {
         cfg.control_ports = ports..=ports + 49;
         cfg.tcp_ports = ports + 50..=ports + 99;
         let renderer = envbridge::bridge::render::renderer(&cfg);
-        let daemon = Daemon::start_with_tokens(ns.client.clone(), cfg, renderer, tokens).await;
+        let daemon =
+            Daemon::start_with_tokens(ns.client.clone(), cfg.clone(), renderer, tokens).await;
         Stack {
             _sim: sim,
             logs,
             operator,
             daemon,
+            cfg,
         }
+    }
+
+    /// Another daemon replica of the same configuration, its roster built from the cluster.
+    pub async fn another_daemon(&self) -> Daemon {
+        let renderer = envbridge::bridge::render::renderer(&self.cfg);
+        let client = self.daemon.bridge.client.clone();
+        Daemon::start_with_tokens(client, self.cfg.clone(), renderer, None).await
     }
 
     pub async fn stop(self) {
