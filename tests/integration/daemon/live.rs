@@ -100,6 +100,20 @@ async fn go_error_asked(envs: &Api<envbridge::crd::Environment>, id: &str) -> bo
         })
 }
 
+/// Waits until GO_ERROR is asked for `id`, at most [`SEEN_WITHIN`] after `since` (what the
+/// test just did), and prints how long it took.
+async fn until_go_error_asked(envs: &Api<envbridge::crd::Environment>, id: &str, since: &str) {
+    let started = Instant::now();
+    while !go_error_asked(envs, id).await {
+        assert!(
+            started.elapsed() < SEEN_WITHIN,
+            "{id}: no GO_ERROR asked within {SEEN_WITHIN:?} after {since}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("GO_ERROR asked {:?} after {since}", started.elapsed());
+}
+
 /// WatchEvents delivers the task's ERROR (no transition asked for it).
 async fn watch_sees_error(
     events: &mut (impl futures::Stream<Item = Result<pb::RosterEvent, tonic::Status>> + Unpin),
@@ -356,15 +370,7 @@ async fn a_refused_automatic_go_error_is_asked_again_once_writes_pass() {
     support::refusal::lift(&ns.client, &policy)
         .await
         .expect("lift");
-    let lifted = Instant::now();
-    while !go_error_asked(&envs, &id).await {
-        assert!(
-            lifted.elapsed() < SEEN_WITHIN,
-            "no GO_ERROR asked within {SEEN_WITHIN:?} of writes passing again"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    eprintln!("GO_ERROR asked {:?} after writes passed", lifted.elapsed());
+    until_go_error_asked(&envs, &id, "writes passed again").await;
     let gone = fixture::destroy(&mut api, &id, 90).await;
     assert!(gone.gone, "{id}: {}", gone.message);
     stack.stop().await;
@@ -413,15 +419,7 @@ async fn the_next_leader_asks_the_go_error_its_dead_predecessor_did_not() {
     );
 
     standby.bridge.leader_flag().store(true, Ordering::Release);
-    let leads = Instant::now();
-    while !go_error_asked(&envs, &id).await {
-        assert!(
-            leads.elapsed() < SEEN_WITHIN,
-            "the new leader asked no GO_ERROR within {SEEN_WITHIN:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    eprintln!("GO_ERROR asked {:?} after the standby led", leads.elapsed());
+    until_go_error_asked(&envs, &id, "the standby led").await;
     let gone = fixture::destroy(&mut reads, &id, 90).await;
     assert!(gone.gone, "{id}: {}", gone.message);
     stack.stop().await;

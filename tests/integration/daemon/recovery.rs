@@ -16,6 +16,29 @@ fn own_namespaces(prefix: &str) -> BridgeConfig {
     }
 }
 
+/// Environment `id` on `host` (control ports from `port`) through `api`, a daemon giving it
+/// the namespace `prefix` + `id`, with a simulator there; asserts it reached STANDBY in that
+/// namespace. Returns the simulator (kept while it is held) and the request (to create again).
+async fn create_in_own_namespace(
+    ns: &Setup,
+    api: &mut pb::env_bridge_client::EnvBridgeClient<tonic::transport::Channel>,
+    prefix: &str,
+    (id, host, port): (&str, &str, u16),
+) -> (Sim, pb::CreateEnvironmentRequest) {
+    let env_ns = format!("{prefix}{id}");
+    let sim = Sim::start(ns.client.clone(), &env_ns, SimConfig::default());
+    let mut req = create_req("", host, port);
+    req.env_id = id.into();
+    let c = fixture::create(api, req.clone()).await;
+    assert_eq!(
+        (c.namespace.as_str(), c.outcome.as_str()),
+        (env_ns.as_str(), "reached"),
+        "{}",
+        c.message
+    );
+    (sim, req)
+}
+
 #[tokio::test]
 async fn destroy_and_recreate_at_once_while_the_old_namespace_terminates() {
     let ns = Setup::shared("daemon-nsre").await;
@@ -28,14 +51,7 @@ async fn destroy_and_recreate_at_once_while_the_old_namespace_terminates() {
     let mut api = d.client().await;
     let id = "e1";
     let env_ns = format!("{prefix}{id}");
-    let _sim = Sim::start(ns.client.clone(), &env_ns, SimConfig::default());
-    let mut req = create_req("", "flp001", 47500);
-    req.env_id = id.into();
-    let c = fixture::create(&mut api, req.clone()).await;
-    assert_eq!(
-        (c.namespace.as_str(), c.outcome.as_str()),
-        (env_ns.as_str(), "reached")
-    );
+    let (_sim, req) = create_in_own_namespace(&ns, &mut api, &prefix, (id, "flp001", 47500)).await;
     let nss: Api<Namespace> = Api::all(ns.client.clone());
     let created = nss.get(&env_ns).await.expect("ns");
     let old_uid = created.metadata.uid.clone();
@@ -143,14 +159,7 @@ async fn a_retried_destroy_deletes_the_namespace_a_killed_destroy_left() {
     // An id of its own: every per-namespace daemon on the shared plane sees every namespace.
     let id = "left1";
     let env_ns = format!("{prefix}{id}");
-    let _sim = Sim::start(ns.client.clone(), &env_ns, SimConfig::default());
-    let mut req = create_req("", "flp001", 47700);
-    req.env_id = id.into();
-    let c = fixture::create(&mut api, req).await;
-    assert_eq!(
-        (c.namespace.as_str(), c.outcome.as_str()),
-        (env_ns.as_str(), "reached")
-    );
+    let _sim = create_in_own_namespace(&ns, &mut api, &prefix, (id, "flp001", 47700)).await;
 
     // What the killed destroy had done: the Environment deleted, its namespace not yet.
     let envs: Api<Environment> = Api::namespaced(ns.client.clone(), &env_ns);
@@ -201,20 +210,8 @@ async fn a_namespace_left_by_a_destroy_no_one_retries_is_swept() {
     let prefix = format!("{}-", ns.name);
     let d = ns.daemon_with(own_namespaces(&prefix)).await;
     let mut api = d.client().await;
-    let mut sims = Vec::new();
-    for (id, host, port) in [("left2", "flp001", 47800), ("kept", "flp002", 47810)] {
-        let env_ns = format!("{prefix}{id}");
-        sims.push(Sim::start(ns.client.clone(), &env_ns, SimConfig::default()));
-        let mut req = create_req("", host, port);
-        req.env_id = id.into();
-        let c = fixture::create(&mut api, req).await;
-        assert_eq!(
-            (c.namespace.as_str(), c.outcome.as_str()),
-            (env_ns.as_str(), "reached"),
-            "{}",
-            c.message
-        );
-    }
+    let _left = create_in_own_namespace(&ns, &mut api, &prefix, ("left2", "flp001", 47800)).await;
+    let _kept = create_in_own_namespace(&ns, &mut api, &prefix, ("kept", "flp002", 47810)).await;
 
     // What the killed destroy had done: the Environment deleted, its namespace not yet.
     let (left, kept) = (format!("{prefix}left2"), format!("{prefix}kept"));
