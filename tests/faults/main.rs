@@ -6,9 +6,10 @@
 //!
 //! `FAULTS_SEED` (default: from the clock, printed), `FAULTS_ROUNDS` (6), `FAULTS_PER_ROUND`
 //! (2: one task fault, the rest control-plane faults), `FAULTS_TASKS` (24 tasks a round: three
-//! per host; above 75, several environments share the hosts). The run ends with
-//! `faults: I injected, S survived, V violations`; any violation fails it, printing the seed
-//! and the schedule that reproduce it.
+//! per host; above 75, several environments share the hosts), `FAULTS_ONLY` (round numbers,
+//! comma-separated: run only those rounds of the seed's schedule). The run ends with
+//! `faults: I injected, S survived, V violations`; any violation fails it, printing the seed,
+//! the rounds and the schedule that reproduce it.
 
 mod check;
 mod drive;
@@ -37,6 +38,30 @@ fn env_u64(name: &str, default: u64) -> u64 {
             .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
         Err(_) => default,
     }
+}
+
+/// `FAULTS_ONLY`: the rounds to run out of `rounds` (all when unset). A round's faults follow
+/// from the seed alone, so one round of a long run is reproduced without the rounds before it.
+fn only_rounds(value: Option<&str>, rounds: u32) -> Result<Option<BTreeSet<u32>>, String> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let mut only = BTreeSet::new();
+    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let r: u32 = part
+            .parse()
+            .map_err(|_| format!("FAULTS_ONLY={value:?}: {part:?} is not a round number"))?;
+        if r >= rounds {
+            return Err(format!(
+                "FAULTS_ONLY={value:?}: round {r} is not among FAULTS_ROUNDS={rounds} (0..{rounds})"
+            ));
+        }
+        only.insert(r);
+    }
+    if only.is_empty() {
+        return Err(format!("FAULTS_ONLY={value:?} names no round"));
+    }
+    Ok(Some(only))
 }
 
 /// Tasks per round -> (environments, hosts of each): readout-dataflow has three tasks a host,
@@ -284,11 +309,16 @@ async fn faults_at_random_moments_lose_nothing_and_every_state_tells_the_truth()
     let rounds = env_u64("FAULTS_ROUNDS", 6) as u32;
     let per_round = env_u64("FAULTS_PER_ROUND", 2) as u32;
     let tasks = env_u64("FAULTS_TASKS", 24).clamp(3, 600);
+    let only = only_rounds(std::env::var("FAULTS_ONLY").ok().as_deref(), rounds)
+        .unwrap_or_else(|e| panic!("{e}"));
     let (n_envs, n_hosts) = layout(tasks);
     let repro = format!(
         "FAULTS_SEED={seed} FAULTS_ROUNDS={rounds} FAULTS_PER_ROUND={per_round} FAULTS_TASKS={tasks}"
     );
     println!("faults: {repro} ({n_envs} environment(s) of {n_hosts} hosts a round)");
+    if let Some(o) = &only {
+        println!("faults: FAULTS_ONLY: rounds {o:?} of the {rounds}");
+    }
     let plan = schedule::plan(seed, rounds, per_round, site::CONTROL_TIMEOUT_S * 1000);
     let began = Instant::now();
     let site = Arc::new(Site::start().await);
@@ -296,9 +326,17 @@ async fn faults_at_random_moments_lose_nothing_and_every_state_tells_the_truth()
     let reads = reads::spawn(site.clone());
     let mut figs = Figures::default();
     let hosts: Vec<String> = (1..=n_hosts).map(|h| format!("flp{h:03}")).collect();
+    let mut violating = BTreeSet::new();
     for (r, faults) in plan.iter().enumerate() {
+        let r = r as u32;
+        if only.as_ref().is_some_and(|o| !o.contains(&r)) {
+            continue;
+        }
         println!("round {r}:");
-        let v = round(&site, r as u32, faults, &hosts, n_envs, false, &mut figs).await;
+        let v = round(&site, r, faults, &hosts, n_envs, false, &mut figs).await;
+        if !v.is_empty() {
+            violating.insert(r);
+        }
         figs.violations.extend(v);
     }
     let read_count = *reads.reads.lock().unwrap();
@@ -331,12 +369,37 @@ async fn faults_at_random_moments_lose_nothing_and_every_state_tells_the_truth()
     }
     if !figs.violations.is_empty() {
         let logs = site.keep_logs();
+        let rounds: Vec<String> = violating.iter().map(u32::to_string).collect();
         panic!(
-            "{} violation(s); reproduce with {repro} cargo test --test faults (logs: {})",
+            "{} violation(s) in round(s) {}; reproduce with {repro} cargo test --test faults, \
+             or those rounds alone with FAULTS_ONLY={} added (logs: {})",
             figs.violations.len(),
+            rounds.join(", "),
+            rounds.join(","),
             logs.display()
         );
     }
+}
+
+#[test]
+fn only_rounds_reads_a_list_and_refuses_what_is_not_a_round() {
+    assert_eq!(only_rounds(None, 6), Ok(None));
+    assert_eq!(
+        only_rounds(Some("66, 99"), 105),
+        Ok(Some(BTreeSet::from([66, 99])))
+    );
+    assert_eq!(only_rounds(Some("3,3,"), 6), Ok(Some(BTreeSet::from([3]))));
+    let out_of_range = only_rounds(Some("6"), 6).unwrap_err();
+    assert!(
+        out_of_range.contains("round 6 is not among FAULTS_ROUNDS=6"),
+        "{out_of_range}"
+    );
+    let not_a_number = only_rounds(Some("1,x"), 6).unwrap_err();
+    assert!(
+        not_a_number.contains("\"x\" is not a round number"),
+        "{not_a_number}"
+    );
+    assert!(only_rounds(Some(" , "), 6).is_err());
 }
 
 #[test]
