@@ -32,7 +32,9 @@
 //! BENCH_SHARDS=2 splits the tasks by node between two environments, each reconciled by its
 //! own shard operator (`--shard s0`, `--shard s1`), both run at once (their RSS and requests
 //! summed in the last line, each one's figures printed before it);
-//! BENCH_OPERATOR_WRAPPER runs the operator under a profiler (`heaptrack -o FILE`).
+//! BENCH_OPERATOR_WRAPPER runs the operator under a profiler (`heaptrack -o FILE`);
+//! BENCH_POD_WATCH_CACHE=1 starts the plane with kube-apiserver's Pod watch cache on (off by
+//! default: `dev up --no-pod-watch-cache`; a running plane is reused as it is).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -78,7 +80,24 @@ async fn run() -> Res {
         "operator benchmark: {} tasks on {nodes} nodes",
         nodes * per_node
     );
-    let info = envbridge::dev::ensure_up(nodes as u32).await?;
+    // Pod watches from etcd unless BENCH_POD_WATCH_CACHE=1: with the watch cache, kwok (one
+    // reader of every pod event) is cut off in a burst of pods and re-sent what it had, and
+    // which side of the benchmark pays for that is chance (docs/benchmarks.md). A running
+    // plane is reused as it is; which it has is printed.
+    let spec = envbridge::dev::UpSpec {
+        nodes: nodes as u32,
+        no_pod_watch_cache: env_num("BENCH_POD_WATCH_CACHE", 0) == 0,
+        ..Default::default()
+    };
+    let info = envbridge::dev::ensure_up_with(&spec).await?;
+    println!(
+        "plane: Pod watches served from {}",
+        if info.pod_watch_cache {
+            "kube-apiserver's watch cache"
+        } else {
+            "etcd (no watch cache)"
+        }
+    );
     let admin = envbridge::dev::client_for(&info.kubeconfig).await?;
     install(&admin, &CLASSES.map(|(c, _)| c)).await?;
     let suffix = std::process::id();

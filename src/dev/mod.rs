@@ -66,6 +66,11 @@ pub enum DevCommand {
         /// most one a node]; a running plane keeps its own.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
         kwok_shards: Option<u32>,
+        /// Serve Pod watches from etcd, not from kube-apiserver's watch cache, when the plane
+        /// starts (no watcher cut off for falling behind: for benchmarks at size); a running
+        /// plane keeps its own.
+        #[arg(long)]
+        no_pod_watch_cache: bool,
     },
     /// Build the images (localhost/envbridge:dev and its pause image) from this executable
     /// and import them into every real node's containerd.
@@ -102,6 +107,7 @@ pub fn run(cmd: DevCommand) -> ExitCode {
             nodes,
             real_nodes,
             kwok_shards,
+            no_pod_watch_cache,
         } => {
             let rt = match runtime() {
                 Ok(rt) => rt,
@@ -112,14 +118,20 @@ pub fn run(cmd: DevCommand) -> ExitCode {
                 real_nodes,
                 exe: None,
                 kwok_shards,
+                no_pod_watch_cache,
             };
             match rt.block_on(ensure_up_with(&spec)) {
                 Ok(info) => {
                     eprintln!(
-                        "envbridge: {} with {} simulated and {} real node(s); kubectl: envbridge dev kubectl get nodes -o wide",
+                        "envbridge: {} with {} simulated and {} real node(s){}; kubectl: envbridge dev kubectl get nodes -o wide",
                         info.server,
                         info.nodes,
-                        info.real_hosts.len()
+                        info.real_hosts.len(),
+                        if info.pod_watch_cache {
+                            ""
+                        } else {
+                            ", Pod watches from etcd"
+                        }
                     );
                     println!("export KUBECONFIG={}", info.kubeconfig.display());
                     ExitCode::SUCCESS

@@ -46,6 +46,8 @@ pub struct ClusterInfo {
     pub real_hosts: Vec<String>,
     pub state_dir: PathBuf,
     pub kubectl: PathBuf,
+    /// Whether kube-apiserver serves Pod watches from its watch cache (off: from etcd).
+    pub pod_watch_cache: bool,
 }
 
 /// Controllers run by kube-controller-manager: what namespaces, owner references, Jobs,
@@ -60,6 +62,14 @@ clusterrole-aggregation-controller,node-lifecycle-controller,pod-garbage-collect
 job-controller,replicaset-controller,deployment-controller,statefulset-controller,\
 ttl-after-finished-controller";
 
+/// kube-apiserver serves Pod watches straight from etcd. With its watch cache, a watcher
+/// whose buffer is full is cut off and sent everything since again: kwok, one reader of
+/// every pod event for all simulated nodes (a site has a kubelet a node), falls behind a
+/// burst of 10,000 pods and is cut off, and which side of a benchmark pays for it is chance
+/// (docs/benchmarks.md, "The pod watch cache off"). Through etcd a slow reader is slowed,
+/// never cut off.
+const NO_POD_WATCH_CACHE: &str = "--watch-cache-sizes=pods#0";
+
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -71,6 +81,10 @@ fn info_of(st: &PlaneState, dir: &Path) -> ClusterInfo {
         real_hosts: st.real_nodes.iter().map(|n| n.host.clone()).collect(),
         state_dir: dir.to_path_buf(),
         kubectl: Binaries::in_dir(&st.bin_dir).kubectl,
+        pod_watch_cache: !st
+            .apiserver_extra_args
+            .iter()
+            .any(|a| a == NO_POD_WATCH_CACHE),
     }
 }
 
@@ -177,6 +191,9 @@ pub struct UpSpec {
     /// kwok processes sharing the simulated nodes, for a plane started now [default: one; at
     /// most one a node]; a running plane keeps its own.
     pub kwok_shards: Option<u32>,
+    /// Pod watches served from etcd, not from kube-apiserver's watch cache, for a plane
+    /// started now; a running plane keeps its own.
+    pub no_pod_watch_cache: bool,
 }
 
 /// [`ensure_up`] with real nodes too (the default plane).
@@ -242,7 +259,8 @@ pub async fn ensure_up_in_with(
         .kwok_shards
         .unwrap_or(kwok::DEFAULT_SHARDS)
         .clamp(1, nodes);
-    let info = start(&bins, dir, nodes, kwok_shards, apiserver_extra_args).await?;
+    let extra = extra_apiserver_args(spec, apiserver_extra_args);
+    let info = start(&bins, dir, nodes, kwok_shards, &extra).await?;
     if spec.real_nodes == 0 {
         return Ok(info);
     }
@@ -255,6 +273,17 @@ pub async fn ensure_up_in_with(
     let client = client_for(&st.kubeconfig).await?;
     ensure_real_nodes(&client, dir, &mut st, spec).await?;
     Ok(info_of(&st, dir))
+}
+
+/// The flags a plane started for `spec` appends to kube-apiserver's: the spec's first, so
+/// that the caller's `given` ones win.
+fn extra_apiserver_args(spec: &UpSpec, given: &[String]) -> Vec<String> {
+    let mut extra = Vec::new();
+    if spec.no_pod_watch_cache {
+        extra.push(NO_POD_WATCH_CACHE.to_string());
+    }
+    extra.extend(given.iter().cloned());
+    extra
 }
 
 /// Start the real nodes `spec` asks for that do not run, recording each in state.json.
@@ -680,4 +709,42 @@ pub fn import_images(exe: &Path) -> Result<(super::image::Archive, usize)> {
 pub fn current() -> Result<Option<ClusterInfo>> {
     let dir = paths::state_dir();
     Ok(state::load(&dir)?.map(|st| info_of(&st, &dir)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(apiserver_extra_args: Vec<String>) -> PlaneState {
+        PlaneState {
+            versions: "k".into(),
+            bin_dir: "/b".into(),
+            apiserver_port: 1,
+            etcd_client_port: 2,
+            etcd_peer_port: 3,
+            kubeconfig: "/k".into(),
+            nodes: 4,
+            kwok_shards: 1,
+            components: Vec::new(),
+            apiserver_extra_args,
+            real_nodes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_plane_without_the_pod_watch_cache_records_the_flag_and_says_so() {
+        let given = vec!["--max-requests-inflight=10".to_string()];
+        let off = UpSpec {
+            no_pod_watch_cache: true,
+            ..Default::default()
+        };
+        let extra = extra_apiserver_args(&off, &given);
+        assert_eq!(extra, [NO_POD_WATCH_CACHE, "--max-requests-inflight=10"]);
+        let dir = Path::new("/d");
+        assert!(!info_of(&state(extra), dir).pod_watch_cache);
+
+        let on = extra_apiserver_args(&UpSpec::default(), &given);
+        assert_eq!(on, given);
+        assert!(info_of(&state(on), dir).pod_watch_cache);
+    }
 }
