@@ -67,7 +67,7 @@ ttl-after-finished-controller";
 /// every pod event for all simulated nodes (a site has a kubelet a node), falls behind a
 /// burst of 10,000 pods and is cut off, and which side of a benchmark pays for it is chance
 /// (docs/benchmarks.md, "The pod watch cache off"). Through etcd a slow reader is slowed,
-/// never cut off.
+/// not cut off, unless it falls behind the apiserver's etcd compaction (every 5 minutes).
 const NO_POD_WATCH_CACHE: &str = "--watch-cache-sizes=pods#0";
 
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
