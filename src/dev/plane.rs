@@ -715,22 +715,6 @@ pub fn current() -> Result<Option<ClusterInfo>> {
 mod tests {
     use super::*;
 
-    fn state(apiserver_extra_args: Vec<String>) -> PlaneState {
-        PlaneState {
-            versions: "k".into(),
-            bin_dir: "/b".into(),
-            apiserver_port: 1,
-            etcd_client_port: 2,
-            etcd_peer_port: 3,
-            kubeconfig: "/k".into(),
-            nodes: 4,
-            kwok_shards: 1,
-            components: Vec::new(),
-            apiserver_extra_args,
-            real_nodes: Vec::new(),
-        }
-    }
-
     #[test]
     fn a_plane_without_the_pod_watch_cache_records_the_flag_and_says_so() {
         let given = vec!["--max-requests-inflight=10".to_string()];
@@ -741,10 +725,10 @@ mod tests {
         let extra = extra_apiserver_args(&off, &given);
         assert_eq!(extra, [NO_POD_WATCH_CACHE, "--max-requests-inflight=10"]);
         let dir = Path::new("/d");
-        assert!(!info_of(&state(extra), dir).pod_watch_cache);
+        assert!(!info_of(&PlaneState::sample(extra), dir).pod_watch_cache);
 
         let on = extra_apiserver_args(&UpSpec::default(), &given);
         assert_eq!(on, given);
-        assert!(info_of(&state(on), dir).pod_watch_cache);
+        assert!(info_of(&PlaneState::sample(on), dir).pod_watch_cache);
     }
 }

@@ -41,6 +41,26 @@ pub struct PlaneState {
 
 pub const FILE: &str = "state.json";
 
+#[cfg(test)]
+impl PlaneState {
+    /// A recorded plane of one kwok and no process, with these extra apiserver flags.
+    pub fn sample(apiserver_extra_args: Vec<String>) -> PlaneState {
+        PlaneState {
+            versions: "k".into(),
+            bin_dir: "/b".into(),
+            apiserver_port: 1,
+            etcd_client_port: 2,
+            etcd_peer_port: 3,
+            kubeconfig: "/k".into(),
+            nodes: 4,
+            kwok_shards: 1,
+            components: Vec::new(),
+            apiserver_extra_args,
+            real_nodes: Vec::new(),
+        }
+    }
+}
+
 fn one() -> u32 {
     1
 }
@@ -80,13 +100,6 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         assert_eq!(load(dir.path()).expect("empty"), None);
         let s = PlaneState {
-            versions: "k".into(),
-            bin_dir: "/b".into(),
-            apiserver_port: 1,
-            etcd_client_port: 2,
-            etcd_peer_port: 3,
-            kubeconfig: "/k".into(),
-            nodes: 4,
             kwok_shards: 3,
             components: vec![Component {
                 name: "etcd".into(),
@@ -94,8 +107,7 @@ mod tests {
                 binary: "/b/etcd".into(),
                 log: "/l".into(),
             }],
-            apiserver_extra_args: vec!["--max-requests-inflight=10".into()],
-            real_nodes: Vec::new(),
+            ..PlaneState::sample(vec!["--max-requests-inflight=10".into()])
         };
         save(dir.path(), &s).expect("save");
         assert_eq!(load(dir.path()).expect("load"), Some(s.clone()));
