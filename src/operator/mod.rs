@@ -33,6 +33,7 @@ pub mod stored_pod;
 pub mod stored_service;
 pub mod task_controller;
 pub mod task_index;
+pub mod task_patch;
 pub mod task_sets;
 pub mod task_step;
 pub mod transition_args;

@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
 use super::names::{task_annotations, task_labels};
+use super::task_patch::update_patch;
 use crate::crd::{Environment, Task, TaskSet, TaskSpec, TransitionRequest};
 use crate::plan::TaskRef;
 
@@ -148,10 +149,14 @@ fn same_metadata(existing: &Task, want: &Task) -> bool {
 /// What an Environment reconcile writes to its Tasks.
 #[derive(Debug, Default)]
 pub struct TaskWrites {
-    pub apply: Vec<Task>,
+    /// Tasks not there (yet): created whole.
+    pub create: Vec<Task>,
+    /// Tasks that differ otherwise: by name, the merge patch that makes them what they
+    /// should be (`task_patch::update_patch`).
+    pub update: Vec<(String, serde_json::Value)>,
     /// Tasks that differ only by the transition they are asked (every other field, label,
     /// finalizer and owner as wanted): that one field is written (a JSON patch, far lighter
-    /// for the apiserver than applying the whole Task), by name.
+    /// for the apiserver than the whole Task), by name.
     pub transition: Vec<(String, TransitionRequest)>,
     /// Tasks of the environment that no reference names any more (a new render).
     pub delete: Vec<String>,
@@ -169,14 +174,15 @@ fn only_transition_differs(existing: &Task, want: &Task) -> bool {
 /// Decides the writes from each reference's wanted Task beside the stored one, and the
 /// environment's stored Tasks: a Task is written when it differs, or when it is missing and
 /// the environment's Tasks were never created (a killed task stays gone); one being deleted
-/// is left alone. `wanted` is consumed one Task at a time: only those to apply are kept.
+/// is left alone. `wanted` is consumed one Task at a time: only those to create are kept.
 pub fn task_writes<'a>(
     wanted: impl IntoIterator<Item = (Task, Option<&'a Task>)>,
     mine: &[&Task],
     created_before: bool,
 ) -> TaskWrites {
     let mut names = HashSet::new();
-    let mut apply = Vec::new();
+    let mut create = Vec::new();
+    let mut update = Vec::new();
     let mut transition = Vec::new();
     for (want, existing) in wanted {
         names.insert(want.name_any());
@@ -188,9 +194,9 @@ pub fn task_writes<'a>(
                     transition.push((t.name_any(), req));
                 }
             }
-            Some(_) => apply.push(want),
+            Some(t) => update.push((t.name_any(), update_patch(t, &want))),
             None if created_before => {}
-            None => apply.push(want),
+            None => create.push(want),
         }
     }
     let delete = mine
@@ -200,7 +206,8 @@ pub fn task_writes<'a>(
         .filter(|n| !names.contains(n))
         .collect();
     TaskWrites {
-        apply,
+        create,
+        update,
         transition,
         delete,
     }
@@ -355,12 +362,14 @@ mod tests {
         };
         let mine = [&same, &changed, &going, &orphan];
         let w = task_writes(wanted(&["same", "changed", "going", "new"]), &mine, false);
-        let applied: Vec<String> = w.apply.iter().map(|t| t.name_any()).collect();
-        assert_eq!(applied, ["changed", "new"]);
+        let created: Vec<String> = w.create.iter().map(|t| t.name_any()).collect();
+        assert_eq!(created, ["new"]);
+        let updated: Vec<&str> = w.update.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(updated, ["changed"]);
         assert_eq!(w.delete, ["orphan"]);
         // Created before: a missing Task (killed) stays gone.
         let w = task_writes(wanted(&["same", "new"]), &mine, true);
-        assert!(w.apply.is_empty());
+        assert!(w.create.is_empty() && w.update.is_empty());
         assert_eq!(w.delete, ["changed", "orphan"]);
 
         // A new transition alone is that one field's write; with anything else, the whole.
@@ -372,15 +381,15 @@ mod tests {
         let mut asked = build_task(&env, &r("same"));
         asked.spec.transition = Some(req.clone());
         let w = task_writes(vec![(asked.clone(), Some(&same))], &mine, true);
-        assert!(w.apply.is_empty(), "{:?}", w.apply);
+        assert!(w.update.is_empty(), "{:?}", w.update);
         assert_eq!(w.transition, [("same".to_string(), req.clone())]);
         let mut asked_and_changed = asked.clone();
         asked_and_changed.spec.task.class = "other".into();
         let w = task_writes(vec![(asked_and_changed, Some(&same))], &mine, true);
         assert!(w.transition.is_empty());
-        assert_eq!(w.apply.len(), 1);
+        assert_eq!(w.update.len(), 1);
         // Already asked: nothing to write.
         let w = task_writes(vec![(asked.clone(), Some(&asked))], &mine, true);
-        assert!(w.apply.is_empty() && w.transition.is_empty());
+        assert!(w.update.is_empty() && w.transition.is_empty());
     }
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures::{StreamExt, stream};
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use tracing::info;
 
@@ -12,6 +12,7 @@ use super::status::{own_tasks, summarize, write_status};
 use crate::crd::{Environment, EnvironmentStatus, Task, TransitionRequest};
 use crate::operator::context::Ctx;
 use crate::operator::status_pace;
+use crate::operator::task_patch::transition_patch;
 use crate::operator::task_sets::TaskWrites;
 use crate::operator::{Error, FIELD_MANAGER, Result, delete_ignore_missing, unread};
 use crate::plan::TaskRef;
@@ -52,41 +53,48 @@ pub(super) const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 
 /// One write of a Task.
 pub(super) enum TaskWrite {
-    /// The whole Task, server-side applied.
-    Apply(Box<Task>),
-    /// Its transition alone: that one field, replaced whole (its arguments are exactly the
-    /// transition's own), by the same field manager: far lighter for the apiserver.
+    /// A new Task, created whole.
+    Create(Box<Task>),
+    /// A merge patch of an existing Task (`task_patch::update_patch`).
+    Update(String, serde_json::Value),
+    /// Its transition alone (`task_patch::transition_patch`).
     Transition(String, TransitionRequest),
 }
 
 pub(super) async fn write_task(api: Api<Task>, ns: String, w: TaskWrite) -> Result<()> {
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
     match w {
-        TaskWrite::Apply(t) => {
-            let tname = t.name_any();
-            let pp = PatchParams::apply(FIELD_MANAGER).force();
-            unread::patch(&api, &tname, &pp, &Patch::Apply(&*t))
-                .await
-                .map_err(|e| Error::kube("apply", "Task", &ns, &tname, e))
-        }
-        TaskWrite::Transition(tname, req) => {
-            let pp = PatchParams {
-                field_manager: Some(FIELD_MANAGER.to_string()),
-                ..PatchParams::default()
+        TaskWrite::Create(t) => {
+            let pp = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
             };
-            let patch = json_patch::Patch(vec![json_patch::PatchOperation::Add(
-                json_patch::AddOperation {
-                    path: json_patch::jsonptr::PointerBuf::from_tokens(["spec", "transition"]),
-                    value: serde_json::to_value(&req).unwrap_or_default(),
-                },
-            )]);
-            unread::patch(&api, &tname, &pp, &Patch::<()>::Json(patch))
-                .await
-                .map_err(|e| Error::kube("patch", "Task", &ns, &tname, e))
+            match unread::create(&api, &pp, &t).await {
+                Ok(()) => Ok(()),
+                // There already, the store behind: its event brings the next reconcile, which
+                // compares it as it is.
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(Error::kube("create", "Task", &ns, &t.name_any(), e)),
+            }
         }
+        TaskWrite::Update(tname, patch) => unread::patch(&api, &tname, &pp, &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::kube("patch", "Task", &ns, &tname, e)),
+        TaskWrite::Transition(tname, req) => unread::patch(
+            &api,
+            &tname,
+            &pp,
+            &Patch::<()>::Json(transition_patch(&req)),
+        )
+        .await
+        .map_err(|e| Error::kube("patch", "Task", &ns, &tname, e)),
     }
 }
 
-/// Writes (server-side apply, a few at once) and deletes what `task_writes` decided,
+/// Writes (creates and patches, a few at once) and deletes what `task_writes` decided,
 /// showing `progress` every [`PROGRESS_EVERY`] (or the environment's progress window, when
 /// longer) while the writes go on.
 pub(super) async fn write_tasks(
@@ -97,15 +105,17 @@ pub(super) async fn write_tasks(
     mut progress: Progress<'_>,
 ) -> Result<()> {
     let TaskWrites {
-        apply: writes,
+        create,
+        update,
         transition,
         delete: stale,
     } = writes;
-    let total = writes.len() + transition.len();
+    let total = create.len() + update.len() + transition.len();
     let task_api: Api<Task> = Api::namespaced(ctx.client.clone(), ns);
-    let writes = writes
+    let writes = create
         .into_iter()
-        .map(|t| TaskWrite::Apply(Box::new(t)))
+        .map(|t| TaskWrite::Create(Box::new(t)))
+        .chain(update.into_iter().map(|(n, p)| TaskWrite::Update(n, p)))
         .chain(
             transition
                 .into_iter()
@@ -137,7 +147,7 @@ pub(super) async fn write_tasks(
         delete_ignore_missing(&task_api, t, "Task", ns).await?;
     }
     if total > 0 || !stale.is_empty() {
-        info!(env = %env, namespace = %ns, applied = total, deleted = stale.len(), "tasks written");
+        info!(env = %env, namespace = %ns, written = total, deleted = stale.len(), "tasks written");
     }
     Ok(())
 }

@@ -227,3 +227,76 @@ async fn the_operator_writes_pods_only_where_environments_live() -> Res {
     assert_eq!(made.name_any(), "probe");
     finish(fx).await
 }
+
+/// A new render of an environment rewrites its Tasks to exactly the new references: a
+/// field the new render drops is gone from the Task (Tasks are created by a plain create
+/// and updated by merge patches, never server-side applied: an apply after a create would
+/// leave such a field behind).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_render_rewrites_its_tasks_exactly() -> Res {
+    let fx = fixture("rerender").await?;
+    let op = start(&fx, None).await?;
+    let first: Vec<TaskRef> = ["flp001", "flp002"]
+        .iter()
+        .map(|h| {
+            let mut t = task_ref("er", h, "readout", 1, ControlMode::Basic);
+            t.properties =
+                BTreeMap::from([("kept".into(), "1".into()), ("gone".into(), "x".into())]);
+            t
+        })
+        .collect();
+    deploy(&fx, "er", &first, true).await?;
+    wait_env(&fx, "er", "STANDBY 2/2", |e| {
+        e.status.as_ref().and_then(|s| s.ready.as_deref()) == Some("2/2")
+    })
+    .await?;
+    let task_api: Api<Task> = Api::namespaced(fx.admin.clone(), &fx.ns);
+    for t in &first {
+        let task = task_api.get(&t.name).await?;
+        assert_eq!(task.spec.task, *t);
+        let applied = task
+            .managed_fields()
+            .iter()
+            .any(|m| m.operation.as_deref() == Some("Apply"));
+        assert!(!applied, "{:?}", task.managed_fields());
+    }
+
+    let second: Vec<TaskRef> = first
+        .iter()
+        .map(|t| {
+            let mut t = t.clone();
+            t.properties.remove("gone");
+            t.user = None;
+            t.args.pop();
+            t
+        })
+        .collect();
+    deploy(&fx, "er", &second, true).await?;
+    let deadline = Instant::now() + WAIT;
+    for t in &second {
+        loop {
+            let task = task_api.get(&t.name).await?;
+            if task.spec.task == *t {
+                assert!(
+                    task.finalizers()
+                        .iter()
+                        .any(|f| f == "envbridge.dev/task-cleanup")
+                );
+                assert_eq!(task.owner_references().len(), 1);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Task {} never became the new render: {:?}",
+                t.name,
+                task.spec.task
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // Still driven as before.
+    transition_succeeds(&fx, "er", "cfg-1", Event::Configure).await?;
+    destroy(&fx, "er").await?;
+    op.stop().await?;
+    finish(fx).await
+}
