@@ -26,34 +26,22 @@ pub fn update_patch(existing: &Task, want: &Task) -> Value {
     if let Some(a) = want.metadata.annotations.as_ref().filter(|a| !a.is_empty()) {
         meta.insert("annotations".into(), json!(a));
     }
-    let mut finalizers = existing.metadata.finalizers.clone().unwrap_or_default();
-    let missing: Vec<&String> = want
-        .metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .filter(|f| !finalizers.contains(f))
-        .collect();
-    if !missing.is_empty() {
-        finalizers.extend(missing.into_iter().cloned());
-        meta.insert("finalizers".into(), json!(finalizers));
+    let (have, wanted) = (&existing.metadata, &want.metadata);
+    let finalizers = with_missing(
+        have.finalizers.as_ref(),
+        wanted.finalizers.as_ref(),
+        |a, b| a == b,
+    );
+    if let Some(f) = finalizers {
+        meta.insert("finalizers".into(), f);
     }
-    let mut owners = existing
-        .metadata
-        .owner_references
-        .clone()
-        .unwrap_or_default();
-    let new_owners: Vec<_> = want
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .filter(|w| !owners.iter().any(|o| o.uid == w.uid))
-        .cloned()
-        .collect();
-    if !new_owners.is_empty() {
-        owners.extend(new_owners);
-        meta.insert("ownerReferences".into(), json!(owners));
+    let owners = with_missing(
+        have.owner_references.as_ref(),
+        wanted.owner_references.as_ref(),
+        |a, b| a.uid == b.uid,
+    );
+    if let Some(o) = owners {
+        meta.insert("ownerReferences".into(), o);
     }
     let mut patch = Map::new();
     if !meta.is_empty() {
@@ -101,6 +89,22 @@ fn merge_diff(old: &Value, new: &Value) -> Value {
         }
         _ => new.clone(),
     }
+}
+
+/// `have` with the items of `want` it lacks appended (a merge patch replaces a list whole),
+/// or None when it lacks none.
+fn with_missing<T: Clone + serde::Serialize>(
+    have: Option<&Vec<T>>,
+    want: Option<&Vec<T>>,
+    same: impl Fn(&T, &T) -> bool,
+) -> Option<Value> {
+    let have = have.map(Vec::as_slice).unwrap_or_default();
+    let missing = want
+        .into_iter()
+        .flatten()
+        .filter(|w| !have.iter().any(|h| same(h, w)));
+    let all: Vec<&T> = have.iter().chain(missing).collect();
+    (all.len() > have.len()).then(|| json!(all))
 }
 
 fn is_empty(v: &Value) -> bool {
