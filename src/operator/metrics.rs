@@ -169,7 +169,8 @@ impl Metrics {
         registry.register(
             "reconcile_errors",
             "Reconciles that returned an error, by controller and error (the error's metric label; \
-             `pending` is a cleanup still waiting)",
+             `pending` is a cleanup or a Task still waiting, `taken` a Task name another object \
+             controls)",
             reconcile_errors.clone(),
         );
         let now = Arc::new(Now {

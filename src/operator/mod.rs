@@ -75,6 +75,13 @@ pub enum Error {
     /// finalizer stays, the reconcile comes back after `after`.
     #[error("{what}: waiting")]
     Pending { what: String, after: Duration },
+    /// A Task this environment would create is there, controlled by another object.
+    #[error("Task {ns}/{name} exists and is controlled by {owner}, not by this environment")]
+    Taken {
+        ns: String,
+        name: String,
+        owner: String,
+    },
     #[error("finalizer {action} {ns}/{name}: {source}")]
     Finalizer {
         action: &'static str,
@@ -140,6 +147,7 @@ impl Error {
             Error::Client(_) => "client",
             Error::LeaseLost => "lease_lost",
             Error::Pending { .. } => "pending",
+            Error::Taken { .. } => "taken",
             Error::Finalizer { .. } => "finalizer",
             Error::FinalizerUse(_) => "finalizer_use",
             Error::Controllers(_) => "controllers",
@@ -151,6 +159,8 @@ impl Error {
     pub fn retry_after(&self) -> Duration {
         match self {
             Error::Pending { after, .. } => *after,
+            // Only its owner's deletion frees the name, and that wakes nothing here.
+            Error::Taken { .. } => Duration::from_secs(30),
             _ => Duration::from_secs(2),
         }
     }

@@ -213,6 +213,37 @@ pub fn task_writes<'a>(
     }
 }
 
+/// What to do with a Task that a create found there (409) though the store did not show it
+/// as this environment's.
+#[derive(Debug)]
+pub enum Found {
+    /// Ours (or no one's, then adopted, as the apply used to): these writes (none when it is
+    /// already as wanted) make it the wanted Task.
+    Write(TaskWrites),
+    /// Still being deleted: it is created once gone.
+    Going,
+    /// Controlled by another object (`kind/name`): not this environment's to take.
+    Taken { owner: String },
+}
+
+/// Decides [`Found`] for `existing`, read after a create of `want` was refused as a conflict.
+pub fn found_task(existing: &Task, want: Task) -> Found {
+    if existing.metadata.deletion_timestamp.is_some() {
+        return Found::Going;
+    }
+    let mine = want.owner_references().first().map(|o| o.uid.clone());
+    if let Some(other) = existing
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && Some(&o.uid) != mine.as_ref())
+    {
+        return Found::Taken {
+            owner: format!("{}/{}", other.kind, other.name),
+        };
+    }
+    Found::Write(task_writes([(want, Some(existing))], &[existing], true))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -391,5 +422,47 @@ mod tests {
         // Already asked: nothing to write.
         let w = task_writes(vec![(asked.clone(), Some(&asked))], &mine, true);
         assert!(w.update.is_empty() && w.transition.is_empty());
+    }
+
+    #[test]
+    fn a_task_found_by_a_refused_create_is_made_ours_unless_going_or_taken() {
+        let env = env_with(&[], 0);
+        let mut r = tref("t1");
+        r.command = "new".into();
+        let want = build_task(&env, &r);
+        assert!(matches!(
+            found_task(&want, want.clone()),
+            Found::Write(w) if w.create.is_empty() && w.update.is_empty() && w.transition.is_empty()
+        ));
+        // Another render's Task, or one made by hand without an owner: one merge patch.
+        let mut stale = want.clone();
+        stale.spec.task.command = "old".into();
+        stale.metadata.owner_references = None;
+        match found_task(&stale, want.clone()) {
+            Found::Write(w) => {
+                assert!(w.create.is_empty() && w.delete.is_empty());
+                assert_eq!(w.update.len(), 1);
+                let patch = &w.update[0].1;
+                assert_eq!(patch["spec"]["task"]["command"], "new");
+                assert_eq!(patch["metadata"]["ownerReferences"][0]["uid"], "env-uid");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut going = want.clone();
+        going.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+        );
+        assert!(matches!(found_task(&going, want.clone()), Found::Going));
+        let mut taken = want.clone();
+        let owner = &mut taken.metadata.owner_references.as_mut().unwrap()[0];
+        owner.uid = "other-uid".into();
+        owner.name = "e9".into();
+        match found_task(&taken, want.clone()) {
+            Found::Taken { owner } => assert_eq!(owner, "Environment/e9"),
+            other => panic!("{other:?}"),
+        }
+        // Owned by another object, but not as its controller: ours to take.
+        taken.metadata.owner_references.as_mut().unwrap()[0].controller = Some(false);
+        assert!(matches!(found_task(&taken, want), Found::Write(w) if w.update.len() == 1));
     }
 }

@@ -167,7 +167,24 @@ async fn apply(env: Arc<Environment>, ctx: &Ctx, api: &Api<Environment>) -> Resu
             status: &status,
             shown: old.clone(),
         };
-        write_tasks(ctx, &ns, &name, writes, progress).await?;
+        match write_tasks(ctx, &ns, &name, writes, progress).await {
+            // Told in the status, where the shifter looks; the reconcile fails (counted and
+            // logged as `taken`) and looks again after `retry_after`.
+            Err(e @ Error::Taken { .. }) => {
+                let msg = e.to_string();
+                set_condition(
+                    &mut status.conditions,
+                    COND_CREATED,
+                    false,
+                    "NameTaken",
+                    &msg,
+                    generation,
+                );
+                write_status(ctx, api, &env, &old, status).await?;
+                return Err(e);
+            }
+            r => r?,
+        }
         if let Some(req) = &env.spec.transition {
             debug!(target: "envbridge::hops", hop = "tasks_written", transition = %req.id, env = %name);
         }

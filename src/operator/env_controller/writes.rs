@@ -13,7 +13,7 @@ use crate::crd::{Environment, EnvironmentStatus, Task, TransitionRequest};
 use crate::operator::context::Ctx;
 use crate::operator::status_pace;
 use crate::operator::task_patch::transition_patch;
-use crate::operator::task_sets::TaskWrites;
+use crate::operator::task_sets::{Found, TaskWrites, found_task};
 use crate::operator::{Error, FIELD_MANAGER, Result, delete_ignore_missing, unread};
 use crate::plan::TaskRef;
 
@@ -62,10 +62,6 @@ pub(super) enum TaskWrite {
 }
 
 pub(super) async fn write_task(api: Api<Task>, ns: String, w: TaskWrite) -> Result<()> {
-    let pp = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..PatchParams::default()
-    };
     match w {
         TaskWrite::Create(t) => {
             let pp = PostParams {
@@ -74,23 +70,70 @@ pub(super) async fn write_task(api: Api<Task>, ns: String, w: TaskWrite) -> Resu
             };
             match unread::create(&api, &pp, &t).await {
                 Ok(()) => Ok(()),
-                // There already, the store behind: its event brings the next reconcile, which
-                // compares it as it is.
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                // There already, though the store did not show it as ours: made the wanted
+                // Task now, since this reconcile will not compare it again.
+                Err(kube::Error::Api(s)) if s.code == 409 => found(&api, &ns, *t).await,
                 Err(e) => Err(Error::kube("create", "Task", &ns, &t.name_any(), e)),
             }
         }
-        TaskWrite::Update(tname, patch) => unread::patch(&api, &tname, &pp, &Patch::Merge(&patch))
-            .await
-            .map_err(|e| Error::kube("patch", "Task", &ns, &tname, e)),
-        TaskWrite::Transition(tname, req) => unread::patch(
-            &api,
-            &tname,
-            &pp,
-            &Patch::<()>::Json(transition_patch(&req)),
-        )
+        TaskWrite::Update(tname, patch) => update(&api, &ns, &tname, &patch).await,
+        TaskWrite::Transition(tname, req) => transition(&api, &ns, &tname, &req).await,
+    }
+}
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    }
+}
+
+async fn update(api: &Api<Task>, ns: &str, tname: &str, patch: &serde_json::Value) -> Result<()> {
+    unread::patch(api, tname, &patch_params(), &Patch::Merge(patch))
         .await
-        .map_err(|e| Error::kube("patch", "Task", &ns, &tname, e)),
+        .map_err(|e| Error::kube("patch", "Task", ns, tname, e))
+}
+
+async fn transition(api: &Api<Task>, ns: &str, tname: &str, req: &TransitionRequest) -> Result<()> {
+    let patch = Patch::<()>::Json(transition_patch(req));
+    unread::patch(api, tname, &patch_params(), &patch)
+        .await
+        .map_err(|e| Error::kube("patch", "Task", ns, tname, e))
+}
+
+/// A create of `want` refused as a conflict: the Task there is read and, as `found_task`
+/// decides, made the wanted one, waited for (still being deleted) or refused (another's).
+async fn found(api: &Api<Task>, ns: &str, want: Task) -> Result<()> {
+    let tname = want.name_any();
+    let existing = match api.get_opt(&tname).await {
+        Ok(Some(t)) => t,
+        // Gone between the create and the read: the reconcile comes back to create it.
+        Ok(None) => return Err(going(ns, &tname)),
+        Err(e) => return Err(Error::kube("get", "Task", ns, &tname, e)),
+    };
+    match found_task(&existing, want) {
+        Found::Write(w) => {
+            if let Some((_, patch)) = w.update.first() {
+                update(api, ns, &tname, patch).await?;
+            } else if let Some((_, req)) = w.transition.first() {
+                transition(api, ns, &tname, req).await?;
+            }
+            Ok(())
+        }
+        Found::Going => Err(going(ns, &tname)),
+        Found::Taken { owner } => Err(Error::Taken {
+            ns: ns.into(),
+            name: tname,
+            owner,
+        }),
+    }
+}
+
+/// The reconcile fails and comes back soon: its Tasks are not all created yet.
+fn going(ns: &str, tname: &str) -> Error {
+    Error::Pending {
+        what: format!("Task {ns}/{tname}: an earlier Task of that name is being deleted"),
+        after: Duration::from_millis(500),
     }
 }
 
@@ -132,12 +175,15 @@ pub(super) async fn write_tasks(
     ));
     let start = tokio::time::Instant::now() + every;
     let mut tick = tokio::time::interval_at(start, every);
+    // One Task's name taken or still going leaves the others to be written; told after.
+    let mut held = None;
     loop {
         tokio::select! {
             written = pending.next() => match written {
-                Some(r) => {
-                    r?;
+                Some(Err(e @ (Error::Taken { .. } | Error::Pending { .. }))) => {
+                    held.get_or_insert(e);
                 }
+                Some(r) => r?,
                 None => break,
             },
             _ = tick.tick() => progress.show().await?,
@@ -149,5 +195,5 @@ pub(super) async fn write_tasks(
     if total > 0 || !stale.is_empty() {
         info!(env = %env, namespace = %ns, written = total, deleted = stale.len(), "tasks written");
     }
-    Ok(())
+    held.map_or(Ok(()), Err)
 }

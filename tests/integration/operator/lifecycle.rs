@@ -300,3 +300,103 @@ async fn a_new_render_rewrites_its_tasks_exactly() -> Res {
     op.stop().await?;
     finish(fx).await
 }
+
+/// A create refused because the Task is there, unseen by the operator's store: a Task
+/// without a controller (left by hand or orphaned) is made the wanted one and adopted; one
+/// that another object controls is left alone and named in the Environment's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_already_there_is_adopted_or_named_as_taken() -> Res {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::api::PostParams;
+
+    let fx = fixture("taken").await?;
+    let tasks: Vec<TaskRef> = ["flp001", "flp002"]
+        .iter()
+        .map(|h| task_ref("ta", h, "readout", 1, ControlMode::Basic))
+        .collect();
+    let task_api: Api<Task> = Api::namespaced(fx.admin.clone(), &fx.ns);
+    let hand = |t: &TaskRef| {
+        let mut task = t.clone();
+        task.command = "/by/hand".into();
+        Task::new(
+            &t.name,
+            envbridge::crd::TaskSpec {
+                environment: "someone-else".into(),
+                task,
+                transition: None,
+            },
+        )
+    };
+    let pp = PostParams::default();
+    task_api.create(&pp, &hand(&tasks[0])).await?;
+    let holders: Api<ConfigMap> = Api::namespaced(fx.admin.clone(), &fx.ns);
+    let mut holder = ConfigMap::default();
+    holder.metadata.name = Some("holder".into());
+    let holder = holders.create(&pp, &holder).await?;
+    let mut held = hand(&tasks[1]);
+    held.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        name: "holder".into(),
+        uid: holder.uid().unwrap_or_default(),
+        controller: Some(true),
+        ..Default::default()
+    }]);
+    task_api.create(&pp, &held).await?;
+
+    let op = start(&fx, None).await?;
+    deploy(&fx, "ta", &tasks, true).await?;
+    let env = wait_env(&fx, "ta", "TasksCreated False, NameTaken", |e| {
+        e.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "TasksCreated" && c.reason == "NameTaken")
+        })
+    })
+    .await?;
+    let cond = env.status.unwrap_or_default().conditions;
+    let cond = cond.iter().find(|c| c.type_ == "TasksCreated").unwrap();
+    assert_eq!(cond.status, "False");
+    assert!(
+        cond.message.contains(&tasks[1].name) && cond.message.contains("ConfigMap/holder"),
+        "{}",
+        cond.message
+    );
+    // The uncontrolled one: the wanted Task, this environment's.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let task = task_api.get(&tasks[0].name).await?;
+        let owned = task
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "Environment" && o.name == "ta" && o.controller == Some(true));
+        if task.spec.task == tasks[0] && task.spec.environment == "ta" && owned {
+            assert!(
+                task.finalizers()
+                    .iter()
+                    .any(|f| f == "envbridge.dev/task-cleanup")
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never adopted: {:?} {:?}",
+            task.spec,
+            task.owner_references()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The held one is untouched.
+    let still = task_api.get(&tasks[1].name).await?;
+    assert_eq!(still.spec.task.command, "/by/hand");
+    assert_eq!(still.owner_references().len(), 1);
+
+    task_api
+        .delete(&tasks[1].name, &DeleteParams::default())
+        .await?;
+    holders.delete("holder", &DeleteParams::default()).await?;
+    destroy(&fx, "ta").await?;
+    op.stop().await?;
+    finish(fx).await
+}
