@@ -7,7 +7,7 @@ use std::sync::Arc;
 use dashmap::{DashMap, DashSet};
 use kube::Client;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 
 use super::OperatorArgs;
 use super::control_api::ControlClient;
@@ -147,11 +147,11 @@ impl Ctx {
 
     /// The stored Tasks of Environment `env` in `namespace` (by the index, no scan).
     pub fn tasks_of(&self, namespace: &str, env: &str) -> Vec<Arc<Task>> {
-        self.task_index
-            .names(namespace, env)
-            .iter()
-            .filter_map(|n| self.tasks.get(&ObjectRef::new(n).within(namespace)))
-            .collect()
+        let mut tasks = Vec::new();
+        self.task_index.each(namespace, env, |key| {
+            tasks.extend(self.tasks.get(key));
+        });
+        tasks
     }
 
     /// Reconciles wait here until every watch has listed (no decision on a partial view).

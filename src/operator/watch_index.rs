@@ -21,11 +21,20 @@ pub trait Index {
 }
 
 /// An index with the relist it is in the middle of.
-#[derive(Default)]
 pub struct Relisting<I: Index> {
     pub index: I,
     /// A relist in progress: what it has listed so far.
     listed: Option<Vec<I::Entry>>,
+}
+
+// By hand: a derive would ask the entries to have a default too.
+impl<I: Index + Default> Default for Relisting<I> {
+    fn default() -> Self {
+        Relisting {
+            index: I::default(),
+            listed: None,
+        }
+    }
 }
 
 impl<I: Index> Relisting<I> {
