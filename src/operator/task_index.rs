@@ -25,8 +25,8 @@ type EnvOf = (String, String);
 struct Key(ObjectRef<Task>);
 
 impl Key {
-    fn of(namespace: String, name: &str) -> Key {
-        Key(ObjectRef::new(name).within(&namespace))
+    fn of(namespace: &str, name: &str) -> Key {
+        Key(ObjectRef::new(name).within(namespace))
     }
 }
 
@@ -70,7 +70,7 @@ impl Index for Inner {
     fn entry(t: &Task) -> Self::Entry {
         let ns = t.namespace().unwrap_or_default();
         (
-            Key::of(ns.clone(), &t.name_any()),
+            Key::of(&ns, &t.name_any()),
             (ns, t.spec.environment.clone()),
             t.metadata.deletion_timestamp.is_some(),
         )
@@ -83,7 +83,7 @@ impl Index for Inner {
     }
 
     fn delete(&mut self, t: &Task) {
-        let task = Key::of(t.namespace().unwrap_or_default(), &t.name_any());
+        let task = Key::of(&t.namespace().unwrap_or_default(), &t.name_any());
         self.by_env.remove(&task);
         self.deleting.remove(&task);
     }
