@@ -67,8 +67,15 @@ ttl-after-finished-controller";
 /// every pod event for all simulated nodes (a site has a kubelet a node), falls behind a
 /// burst of 10,000 pods and is cut off, and which side of a benchmark pays for it is chance
 /// (docs/benchmarks.md, "The pod watch cache off"). Through etcd a slow reader is slowed,
-/// not cut off, unless it falls behind the apiserver's etcd compaction (every 5 minutes).
+/// not cut off, unless it falls behind the apiserver's etcd compaction: see [`LONG_COMPACTION`].
 const NO_POD_WATCH_CACHE: &str = "--watch-cache-sizes=pods#0";
+
+/// With Pod watches from etcd, no bookmark keeps a quiet watcher's revision fresh: kwok's
+/// pod watch, idle through the transitions (no pod writes) and resumed after its watch
+/// timeout, resumes from a revision the default 5-minute compaction has removed, lists every
+/// pod again and writes their status again. An hour is longer than any benchmark step; etcd
+/// holds an hour of history meanwhile (its quota is 8 GiB).
+const LONG_COMPACTION: &str = "--etcd-compaction-interval=1h";
 
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -281,6 +288,7 @@ fn extra_apiserver_args(spec: &UpSpec, given: &[String]) -> Vec<String> {
     let mut extra = Vec::new();
     if spec.no_pod_watch_cache {
         extra.push(NO_POD_WATCH_CACHE.to_string());
+        extra.push(LONG_COMPACTION.to_string());
     }
     extra.extend(given.iter().cloned());
     extra
@@ -723,7 +731,14 @@ mod tests {
             ..Default::default()
         };
         let extra = extra_apiserver_args(&off, &given);
-        assert_eq!(extra, [NO_POD_WATCH_CACHE, "--max-requests-inflight=10"]);
+        assert_eq!(
+            extra,
+            [
+                NO_POD_WATCH_CACHE,
+                LONG_COMPACTION,
+                "--max-requests-inflight=10"
+            ]
+        );
         let dir = Path::new("/d");
         assert!(!info_of(&PlaneState::sample(extra), dir).pod_watch_cache);
 
