@@ -83,19 +83,28 @@ async fn run() -> Res {
     // BENCH_POD_WATCH_CACHE=0: Pod watches from etcd. With the watch cache, kwok (one reader
     // of every pod event) is cut off in a burst of pods and re-sent what it had; from etcd it
     // is not, but a watcher behind the compaction lists again (docs/benchmarks.md, "The pod
-    // watch cache off"). A running plane is reused as it is; which it has is printed.
+    // watch cache off"). BENCH_KWOK_RELAY=0: kwok straight to the apiserver, not through
+    // the watch relay that holds what kwok has not read (docs/benchmarks.md, "kwok behind a
+    // watch relay"). A running plane is reused as it is; what it has is printed.
     let spec = envbridge::dev::UpSpec {
         nodes: nodes as u32,
         no_pod_watch_cache: env_num("BENCH_POD_WATCH_CACHE", 1) == 0,
+        kwok_relay: env_num("BENCH_KWOK_RELAY", 1) != 0,
+        exe: Some(env!("CARGO_BIN_EXE_envbridge").into()),
         ..Default::default()
     };
     let info = envbridge::dev::ensure_up_with(&spec).await?;
     println!(
-        "plane: Pod watches served from {}",
+        "plane: Pod watches served from {}; kwok {}",
         if info.pod_watch_cache {
             "kube-apiserver's watch cache"
         } else {
             "etcd (no watch cache)"
+        },
+        if info.kwok_relay {
+            "through the watch relay"
+        } else {
+            "straight to the apiserver"
         }
     );
     let admin = envbridge::dev::client_for(&info.kubeconfig).await?;

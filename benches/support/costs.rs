@@ -175,10 +175,12 @@ fn group_of(pid: u32, comm: &str, args: &[String]) -> &'static str {
         "kube-scheduler" => "scheduler",
         c if c.starts_with("kube-controller") => "controller-manager",
         c if c.starts_with("kwok") => "kwok",
-        // `envbridge operator ...`, `envbridge dev sim-runner ...`.
+        // `envbridge operator ...`, `envbridge dev sim-runner ...`, `envbridge dev
+        // watch-relay ...` (kwok's).
         "envbridge" => match args.get(1..3) {
             Some([a, _]) if a == "operator" => "operator",
             Some([_, b]) if b == "sim-runner" => "simulators",
+            Some([_, b]) if b == "watch-relay" => "kwok-relay",
             _ => "envbridge",
         },
         _ => "other",

@@ -26,6 +26,7 @@ use std::process::ExitCode;
 
 pub mod sim_proxy;
 pub mod sim_runner;
+pub mod watch_relay;
 
 /// Test and bench scaffolding: not part of a plain build.
 #[cfg(feature = "test-support")]
@@ -71,6 +72,11 @@ pub enum DevCommand {
         /// plane keeps its own.
         #[arg(long)]
         no_pod_watch_cache: bool,
+        /// kwok reaches the apiserver through a relay that holds what kwok has not read yet,
+        /// when the plane starts (kwok's watch never cut off as slow: for benchmarks at
+        /// size); a running plane keeps its own.
+        #[arg(long)]
+        kwok_relay: bool,
     },
     /// Build the images (localhost/envbridge:dev and its pause image) from this executable
     /// and import them into every real node's containerd.
@@ -86,6 +92,9 @@ pub enum DevCommand {
     },
     /// Run one task simulator per simulated (kwok) pod, on the pod's IP and control port.
     SimRunner(sim_runner::SimRunnerArgs),
+    /// Relay TCP between kwok and kube-apiserver, reading the apiserver's side at once and
+    /// holding it for kwok (what `dev up --kwok-relay` runs).
+    WatchRelay(watch_relay::WatchRelayArgs),
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
@@ -103,11 +112,13 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
 pub fn run(cmd: DevCommand) -> ExitCode {
     match cmd {
         DevCommand::SimRunner(args) => sim_runner::run(args),
+        DevCommand::WatchRelay(args) => watch_relay::run(args),
         DevCommand::Up {
             nodes,
             real_nodes,
             kwok_shards,
             no_pod_watch_cache,
+            kwok_relay,
         } => {
             let rt = match runtime() {
                 Ok(rt) => rt,
@@ -119,11 +130,12 @@ pub fn run(cmd: DevCommand) -> ExitCode {
                 exe: None,
                 kwok_shards,
                 no_pod_watch_cache,
+                kwok_relay,
             };
             match rt.block_on(ensure_up_with(&spec)) {
                 Ok(info) => {
                     eprintln!(
-                        "envbridge: {} with {} simulated and {} real node(s){}; kubectl: envbridge dev kubectl get nodes -o wide",
+                        "envbridge: {} with {} simulated and {} real node(s){}{}; kubectl: envbridge dev kubectl get nodes -o wide",
                         info.server,
                         info.nodes,
                         info.real_hosts.len(),
@@ -131,6 +143,11 @@ pub fn run(cmd: DevCommand) -> ExitCode {
                             ""
                         } else {
                             ", Pod watches from etcd"
+                        },
+                        if info.kwok_relay {
+                            ", kwok through a watch relay"
+                        } else {
+                            ""
                         }
                     );
                     println!("export KUBECONFIG={}", info.kubeconfig.display());

@@ -48,6 +48,8 @@ pub struct ClusterInfo {
     pub kubectl: PathBuf,
     /// Whether kube-apiserver serves Pod watches from its watch cache (off: from etcd).
     pub pod_watch_cache: bool,
+    /// Whether kwok reaches the apiserver through a watch relay.
+    pub kwok_relay: bool,
 }
 
 /// Controllers run by kube-controller-manager: what namespaces, owner references, Jobs,
@@ -92,6 +94,7 @@ fn info_of(st: &PlaneState, dir: &Path) -> ClusterInfo {
             .apiserver_extra_args
             .iter()
             .any(|a| a == NO_POD_WATCH_CACHE),
+        kwok_relay: st.kwok_relay,
     }
 }
 
@@ -133,7 +136,7 @@ async fn lock_async(dir: &Path) -> Result<std::fs::File> {
 /// The components a whole plane records: etcd, kube-apiserver, kube-controller-manager and
 /// each kwok shard.
 fn component_count(st: &PlaneState) -> usize {
-    3 + st.kwok_shards.max(1) as usize
+    3 + st.kwok_shards.max(1) as usize + usize::from(st.kwok_relay)
 }
 
 fn all_alive(st: &PlaneState) -> bool {
@@ -201,6 +204,10 @@ pub struct UpSpec {
     /// Pod watches served from etcd, not from kube-apiserver's watch cache, for a plane
     /// started now; a running plane keeps its own.
     pub no_pod_watch_cache: bool,
+    /// kwok reaches the apiserver through a watch relay (`dev watch-relay`, run from `exe`)
+    /// that holds what kwok has not read yet, for a plane started now; a running plane
+    /// keeps its own.
+    pub kwok_relay: bool,
 }
 
 /// [`ensure_up`] with real nodes too (the default plane).
@@ -267,7 +274,12 @@ pub async fn ensure_up_in_with(
         .unwrap_or(kwok::DEFAULT_SHARDS)
         .clamp(1, nodes);
     let extra = extra_apiserver_args(spec, apiserver_extra_args);
-    let info = start(&bins, dir, nodes, kwok_shards, &extra).await?;
+    let relay = match (spec.kwok_relay, &spec.exe) {
+        (false, _) => None,
+        (true, Some(exe)) => Some(exe.clone()),
+        (true, None) => Some(std::env::current_exe().ctx("locating", "the envbridge executable")?),
+    };
+    let info = start(&bins, dir, nodes, kwok_shards, &extra, relay.as_deref()).await?;
     if spec.real_nodes == 0 {
         return Ok(info);
     }
@@ -339,6 +351,7 @@ async fn start(
     nodes: u32,
     kwok_shards: u32,
     apiserver_extra_args: &[String],
+    relay: Option<&Path>,
 ) -> Result<ClusterInfo> {
     let started = Instant::now();
     std::fs::create_dir_all(dir).ctx("creating the state directory", dir)?;
@@ -371,11 +384,12 @@ async fn start(
         kubeconfig: kubeconfig_path,
         nodes: 0,
         kwok_shards,
+        kwok_relay: relay.is_some(),
         components: Vec::new(),
         apiserver_extra_args: apiserver_extra_args.to_vec(),
         real_nodes: Vec::new(),
     };
-    let result = start_components(bins, dir, &pki, &mut st, nodes).await;
+    let result = start_components(bins, dir, &pki, &mut st, nodes, relay).await;
     match result {
         Ok(()) => {
             eprintln!(
@@ -407,9 +421,20 @@ fn launch(
     dir: &Path,
     st: &mut PlaneState,
 ) -> Result<Component> {
+    launch_with_env(name, binary, args, &[], dir, st)
+}
+
+fn launch_with_env(
+    name: &str,
+    binary: &Path,
+    args: Vec<String>,
+    env: &[(&str, &str)],
+    dir: &Path,
+    st: &mut PlaneState,
+) -> Result<Component> {
     let log = dir.join(format!("{name}.log"));
     eprintln!("envbridge: starting {name}");
-    let pid = process::spawn(binary, &args, &log, dir)?;
+    let pid = process::spawn_with_env(binary, &args, &log, dir, env)?;
     let c = Component {
         name: name.to_string(),
         pid,
@@ -506,6 +531,7 @@ async fn start_components(
     pki: &pki::PkiFiles,
     st: &mut PlaneState,
     nodes: u32,
+    relay: Option<&Path>,
 ) -> Result<()> {
     let etcd_url = format!("http://127.0.0.1:{}", st.etcd_client_port);
     let peer_url = format!("http://127.0.0.1:{}", st.etcd_peer_port);
@@ -578,6 +604,10 @@ async fn start_components(
         dir,
         st,
     )?;
+    let relay = match relay {
+        Some(exe) => Some(kwok::launch_relay(exe, dir, pki, st).await?),
+        None => None,
+    };
     let kwoks = kwok::launch_all(bins, dir, st)?;
 
     nodes::ensure_nodes(&client, nodes, st.kwok_shards).await?;
@@ -590,7 +620,11 @@ async fn start_components(
         }
     })
     .await?;
-    for c in [&etcd, &apiserver, &kcm].into_iter().chain(&kwoks) {
+    for c in [&etcd, &apiserver, &kcm]
+        .into_iter()
+        .chain(&relay)
+        .chain(&kwoks)
+    {
         if !process::alive(c.pid, &c.binary) {
             return Err(died(c, "exited"));
         }

@@ -29,6 +29,9 @@ pub struct PlaneState {
     /// before shards had one).
     #[serde(default = "one")]
     pub kwok_shards: u32,
+    /// Whether kwok reaches the apiserver through a watch relay (`dev watch-relay`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kwok_relay: bool,
     pub components: Vec<Component>,
     /// Flags appended to kube-apiserver's (a private plane's own limits); kept so that a
     /// restarted apiserver runs as before.
@@ -54,6 +57,7 @@ impl PlaneState {
             kubeconfig: "/k".into(),
             nodes: 4,
             kwok_shards: 1,
+            kwok_relay: false,
             components: Vec::new(),
             apiserver_extra_args,
             real_nodes: Vec::new(),

@@ -13,6 +13,7 @@ use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 
 use crate::support::{self, TestNamespace};
 
+mod kwok_relay;
 mod kwok_shards;
 
 const WAIT: Duration = Duration::from_secs(60);

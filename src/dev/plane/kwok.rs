@@ -11,13 +11,20 @@
 //! one goroutine did (docs/benchmarks.md, "kwok in shards"), so a plane has one kwok unless
 //! asked.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use super::{launch, s};
+use super::{died, launch, launch_with_env, s};
 use crate::dev::addressing::{self, KWOK_NODE_LABEL, KWOK_SHARD_LABEL};
 use crate::dev::binaries::Binaries;
-use crate::dev::error::Result;
+use crate::dev::error::{IoContext, Result};
 use crate::dev::state::{Component, PlaneState};
+use crate::dev::{kubeconfig, pki, process};
+
+/// The component name of the watch relay in front of kwok.
+pub const RELAY: &str = "kwok-relay";
+/// kwok's kubeconfig when it goes through the relay.
+const RELAY_KUBECONFIG: &str = "kwok-relay.kubeconfig";
 
 /// kwok processes of a plane started without `--kwok-shards`.
 pub const DEFAULT_SHARDS: u32 = 1;
@@ -54,20 +61,71 @@ fn args(dir: &Path, kubeconfig: &Path, shard: u32, shards: u32) -> Vec<String> {
     ]
 }
 
-/// Starts the plane's `st.kwok_shards` kwok processes, recording each.
+/// Starts the watch relay kwok will reach the apiserver through (`exe dev watch-relay` on a
+/// free loopback port) and writes kwok's kubeconfig for it; waits for its port.
+pub(super) async fn launch_relay(
+    exe: &Path,
+    dir: &Path,
+    pki: &pki::PkiFiles,
+    st: &mut PlaneState,
+) -> Result<Component> {
+    let mut port = process::free_port()?;
+    while [st.apiserver_port, st.etcd_client_port, st.etcd_peer_port].contains(&port) {
+        port = process::free_port()?;
+    }
+    let path = dir.join(RELAY_KUBECONFIG);
+    let server = format!("https://127.0.0.1:{port}");
+    std::fs::write(
+        &path,
+        kubeconfig::render(&server, &pki.ca_cert, &pki.admin_cert, &pki.admin_key),
+    )
+    .ctx("writing", &path)?;
+    let relay = launch(
+        RELAY,
+        exe,
+        vec![
+            s("dev"),
+            s("watch-relay"),
+            format!("--listen=127.0.0.1:{port}"),
+            format!("--upstream=127.0.0.1:{}", st.apiserver_port),
+        ],
+        dir,
+        st,
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !process::port_open(port) {
+        if !process::alive(relay.pid, &relay.binary) {
+            return Err(died(&relay, "exited"));
+        }
+        if Instant::now() > deadline {
+            return Err(died(&relay, "no port after 30s"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(relay)
+}
+
+/// Starts the plane's `st.kwok_shards` kwok processes, recording each: through the relay,
+/// over HTTP/1.1, when the plane has one (HTTP/2's flow control would hold the apiserver
+/// back at kwok's pace whatever the relay holds).
 pub(super) fn launch_all(
     bins: &Binaries,
     dir: &Path,
     st: &mut PlaneState,
 ) -> Result<Vec<Component>> {
     let shards = st.kwok_shards.max(1);
-    let kubeconfig = st.kubeconfig.clone();
+    let (kubeconfig, env): (PathBuf, &[(&str, &str)]) = if st.kwok_relay {
+        (dir.join(RELAY_KUBECONFIG), &[("DISABLE_HTTP2", "1")])
+    } else {
+        (st.kubeconfig.clone(), &[])
+    };
     (0..shards)
         .map(|shard| {
-            launch(
+            launch_with_env(
                 &component_name(shard),
                 &bins.kwok,
                 args(dir, &kubeconfig, shard, shards),
+                env,
                 dir,
                 st,
             )
