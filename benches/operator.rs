@@ -34,7 +34,8 @@
 //! summed in the last line, each one's figures printed before it);
 //! BENCH_OPERATOR_WRAPPER runs the operator under a profiler (`heaptrack -o FILE`);
 //! BENCH_POD_WATCH_CACHE=0 starts the plane with Pod watches served from etcd
-//! (`dev up --no-pod-watch-cache`; a running plane is reused as it is).
+//! (`dev up --no-pod-watch-cache`); BENCH_KWOK_RELAY=0 without the watch relay in front of
+//! kwok (`dev up --kwok-relay`, on by default here); a running plane is reused as it is.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};

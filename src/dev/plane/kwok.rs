@@ -9,7 +9,8 @@
 //! Each still reads every pod event (kwok watches all bound pods) but matches stages only for
 //! its own nodes' pods: K times the decoding. On this 2-core machine that cost more than the
 //! one goroutine did (docs/benchmarks.md, "kwok in shards"), so a plane has one kwok unless
-//! asked.
+//! asked. `dev up --kwok-relay` instead puts the watch relay (`dev::watch_relay`) between
+//! kwok and the apiserver: kwok lags as before, but is never cut off for it.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
