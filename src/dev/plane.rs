@@ -14,7 +14,7 @@ use super::kubeconfig;
 use super::nodes;
 use super::paths;
 use super::pki;
-use super::process;
+use super::process::{self, died};
 use super::realnode::{self, RealNodeState};
 use super::stages;
 use super::state::{self, Component, PlaneState};
@@ -80,6 +80,8 @@ const NO_POD_WATCH_CACHE: &str = "--watch-cache-sizes=pods#0";
 const LONG_COMPACTION: &str = "--etcd-compaction-interval=1h";
 
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long a started process (etcd, the watch relay) may take to open its port.
+const STARTED_TIMEOUT: Duration = Duration::from_secs(30);
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
 fn info_of(st: &PlaneState, dir: &Path) -> ClusterInfo {
@@ -446,14 +448,6 @@ fn launch_with_env(
     Ok(c)
 }
 
-fn died(c: &Component, what: &str) -> DevError {
-    DevError::Start {
-        component: c.name.clone(),
-        reason: format!("{what}; last log lines:\n{}", process::log_tail(&c.log, 20)),
-        log: c.log.clone(),
-    }
-}
-
 /// kube-apiserver's flags: the recorded ports and PKI, then the plane's extra flags.
 fn apiserver_args(dir: &Path, st: &PlaneState, pki: &pki::PkiFiles) -> Vec<String> {
     let etcd_url = format!("http://127.0.0.1:{}", st.etcd_client_port);
@@ -553,16 +547,11 @@ async fn start_components(
         dir,
         st,
     )?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !process::port_open(st.etcd_client_port) {
-        if !process::alive(etcd.pid, &etcd.binary) {
-            return Err(died(&etcd, "exited"));
-        }
-        if Instant::now() > deadline {
-            return Err(died(&etcd, "no client port after 30s"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let port = st.etcd_client_port;
+    process::wait_started(&etcd, "client port", STARTED_TIMEOUT, || {
+        process::port_open(port)
+    })
+    .await?;
 
     let apiserver = launch(
         "kube-apiserver",

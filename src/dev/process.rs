@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::error::{IoContext, Result};
+use super::error::{DevError, IoContext, Result};
+use super::state::Component;
 
 /// A free TCP port on 127.0.0.1 (asked from the kernel, then released).
 pub fn free_port() -> Result<u16> {
@@ -171,6 +172,37 @@ pub fn log_tail(log: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// The error for a component that failed to start: `what` went wrong, with its log's tail.
+pub fn died(c: &Component, what: &str) -> DevError {
+    DevError::Start {
+        component: c.name.clone(),
+        reason: format!("{what}; last log lines:\n{}", log_tail(&c.log, 20)),
+        log: c.log.clone(),
+    }
+}
+
+/// Waits, polling every 100 ms, until the just-started `c` is `ready` (its port open, its
+/// socket there); an error with its log's tail as soon as it exits, or when `within` has
+/// passed without it ("no {what} after ...").
+pub async fn wait_started(
+    c: &Component,
+    what: &str,
+    within: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<()> {
+    let deadline = Instant::now() + within;
+    while !ready() {
+        if !alive(c.pid, &c.binary) {
+            return Err(died(c, "exited"));
+        }
+        if Instant::now() > deadline {
+            return Err(died(c, &format!("no {what} after {within:?}")));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,6 +228,48 @@ mod tests {
         stop_groups(&[pid], Duration::from_secs(5));
         assert!(!group_exists(pid), "group survived");
         assert!(!alive(pid, sh));
+    }
+
+    /// A started process: `sh -c script`, logging to its own file in `dir`.
+    fn started(dir: &Path, script: &str) -> Component {
+        let sh = Path::new("/bin/sh");
+        let log = dir.join("c.log");
+        let pid = spawn(sh, &["-c".into(), script.into()], &log, dir).expect("spawn");
+        Component {
+            name: "c".into(),
+            pid,
+            binary: std::fs::canonicalize(sh).expect("sh"),
+            log,
+        }
+    }
+
+    #[tokio::test]
+    async fn waiting_for_a_start_ends_ready_exited_or_late_with_the_log() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mark = dir.path().join("ready");
+        let c = started(
+            dir.path(),
+            &format!("sleep 0.3; touch {}; sleep 60", mark.display()),
+        );
+        wait_started(&c, "mark", Duration::from_secs(10), || mark.exists())
+            .await
+            .expect("ready");
+        stop_groups(&[c.pid], Duration::from_secs(5));
+
+        let c = started(dir.path(), "echo bad flag; exit 3");
+        let e = wait_started(&c, "mark", Duration::from_secs(10), || false)
+            .await
+            .expect_err("it exited")
+            .to_string();
+        assert!(e.contains("exited") && e.contains("bad flag"), "{e}");
+
+        let c = started(dir.path(), "echo waiting; sleep 60");
+        let e = wait_started(&c, "mark", Duration::from_millis(300), || false)
+            .await
+            .expect_err("never ready")
+            .to_string();
+        assert!(e.contains("no mark after 300ms"), "{e}");
+        stop_groups(&[c.pid], Duration::from_secs(5));
     }
 
     #[test]

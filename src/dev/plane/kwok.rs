@@ -13,9 +13,8 @@
 //! kwok and the apiserver: kwok lags as before, but is never cut off for it.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
-use super::{died, launch, launch_with_env, s};
+use super::{STARTED_TIMEOUT, launch, launch_with_env, s};
 use crate::dev::addressing::{self, KWOK_NODE_LABEL, KWOK_SHARD_LABEL};
 use crate::dev::binaries::Binaries;
 use crate::dev::error::{IoContext, Result};
@@ -93,16 +92,7 @@ pub(super) async fn launch_relay(
         dir,
         st,
     )?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !process::port_open(port) {
-        if !process::alive(relay.pid, &relay.binary) {
-            return Err(died(&relay, "exited"));
-        }
-        if Instant::now() > deadline {
-            return Err(died(&relay, "no port after 30s"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    process::wait_started(&relay, "port", STARTED_TIMEOUT, || process::port_open(port)).await?;
     Ok(relay)
 }
 

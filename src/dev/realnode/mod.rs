@@ -23,7 +23,7 @@ use super::image;
 use super::kubeconfig;
 use super::nodes;
 use super::pki;
-use super::process;
+use super::process::{self, died};
 use super::state::Component;
 pub use binaries::NodeBinaries;
 pub use config::NodeLayout;
@@ -231,14 +231,6 @@ fn component(name: String, pid: u32, binary: &Path, log: PathBuf) -> Component {
     }
 }
 
-fn died(c: &Component, what: &str) -> DevError {
-    DevError::Start {
-        component: c.name.clone(),
-        reason: format!("{what}; last log lines:\n{}", process::log_tail(&c.log, 20)),
-        log: c.log.clone(),
-    }
-}
-
 async fn start_containerd(node: &NodeLayout, bins: &NodeBinaries) -> Result<Component> {
     let log = node.dir.join("containerd.log");
     let path = format!(
@@ -262,16 +254,11 @@ async fn start_containerd(node: &NodeLayout, bins: &NodeBinaries) -> Result<Comp
         &bins.containerd,
         log,
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::os::unix::net::UnixStream::connect(node.containerd_socket()).is_err() {
-        if !process::alive(c.pid, &c.binary) {
-            return Err(died(&c, "exited"));
-        }
-        if Instant::now() > deadline {
-            return Err(died(&c, "no socket after 30s"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let socket = node.containerd_socket();
+    process::wait_started(&c, "socket", Duration::from_secs(30), || {
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
+    })
+    .await?;
     Ok(c)
 }
 
