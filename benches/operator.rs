@@ -54,7 +54,7 @@ use serde_json::json;
 
 mod support;
 
-use support::costs::{Cost, Snapshot};
+use support::costs::{Cost, Probe, Snapshot};
 use support::drive::transition_succeeded;
 use support::floor::CYCLE;
 use support::marks::creation_marks;
@@ -109,6 +109,7 @@ async fn run() -> Res {
         }
     );
     let admin = envbridge::dev::client_for(&info.kubeconfig).await?;
+    let probe = Probe::of(&admin, &info);
     install(&admin, &CLASSES.map(|(c, _)| c)).await?;
     let suffix = std::process::id();
 
@@ -121,7 +122,7 @@ async fn run() -> Res {
         let warm_nodes = nodes.min(2000 / per_node.max(1)).max(1);
         let took = floor_aside(
             &admin,
-            &admin,
+            &probe,
             &info.kubeconfig,
             "warm-up: create",
             warm_nodes,
@@ -159,11 +160,11 @@ async fn run() -> Res {
     )?;
     let mut floor_costs = Vec::new();
     settle("floor: create").await;
-    let before = Snapshot::take(&admin).await;
+    let before = Snapshot::take(&probe).await;
     let t0 = Instant::now();
     support::floor::create(&counted, &floor_ns, &refs, concurrency, DISCOVERY_PORT).await?;
     let floor_time = t0.elapsed();
-    floor_costs.push(cost_since(&admin, &before, "floor: create").await);
+    floor_costs.push(cost_since(&probe, &before, "floor: create").await);
     let floor_requests = count.total();
     println!(
         "floor: {:.2?} wall, {floor_requests} apiserver requests",
@@ -211,7 +212,7 @@ async fn run() -> Res {
     let operators_baseline: Vec<u64> = operators.iter().map(|o| o.baseline_kib).collect();
     let mut op_costs = Vec::new();
     settle("operator: create").await;
-    let snap = Snapshot::take(&admin).await;
+    let snap = Snapshot::take(&probe).await;
     let t0 = Instant::now();
     let t0_wall = SystemTime::now();
     // Each environment's TaskSets (200 tasks, 25 nodes each), then the Environment; all
@@ -236,7 +237,7 @@ async fn run() -> Res {
     })
     .await?;
     let op_time = t0.elapsed();
-    op_costs.push(cost_since(&admin, &snap, "operator: create").await);
+    op_costs.push(cost_since(&probe, &snap, "operator: create").await);
     // The operators log the requests they have sent so far (read from their logs below).
     operators.iter().for_each(OperatorProc::log_requests);
     let marks = creation_marks(&admin, &op_ns, t0_wall).await?;
@@ -263,7 +264,7 @@ async fn run() -> Res {
         let before = count.total();
         let took = floor_aside(
             &counted,
-            &admin,
+            &probe,
             &info.kubeconfig,
             label,
             nodes,
@@ -289,7 +290,7 @@ async fn run() -> Res {
             if cycle == 0 {
                 settle(&format!("floor: {event}")).await;
                 let before = count.total();
-                let snap = Snapshot::take(&admin).await;
+                let snap = Snapshot::take(&probe).await;
                 let took = support::floor::transition(
                     &counted,
                     &control,
@@ -301,11 +302,11 @@ async fn run() -> Res {
                 .await?;
                 let requests = count.total() - before;
                 println!("floor: {event} {took:.2?}, {requests} requests");
-                floor_costs.push(cost_since(&admin, &snap, &format!("floor: {event}")).await);
+                floor_costs.push(cost_since(&probe, &snap, &format!("floor: {event}")).await);
                 floor_steps.push((took, requests));
             }
             settle(&format!("operator: {event}")).await;
-            let snap = Snapshot::take(&admin).await;
+            let snap = Snapshot::take(&probe).await;
             let t = Instant::now();
             let id = format!("o{cycle}-{i}");
             let each = all_timed(&parts, |p| {
@@ -315,7 +316,7 @@ async fn run() -> Res {
             let took = t.elapsed();
             println!("operator: {event} {took:.2?}");
             if cycle == 0 {
-                op_costs.push(cost_since(&admin, &snap, &format!("operator: {event}")).await);
+                op_costs.push(cost_since(&probe, &snap, &format!("operator: {event}")).await);
                 op_steps.push(took);
                 for (s, d) in shard_steps.iter_mut().zip(each) {
                     s.push(d);
@@ -326,7 +327,7 @@ async fn run() -> Res {
     }
     operators.iter().for_each(OperatorProc::log_requests);
     settle("operator: teardown").await;
-    let snap = Snapshot::take(&admin).await;
+    let snap = Snapshot::take(&probe).await;
     let t1 = Instant::now();
     for p in &parts {
         Api::<Environment>::namespaced(admin.clone(), &op_ns)
@@ -335,20 +336,20 @@ async fn run() -> Res {
     }
     support::wait_gone(&admin, &op_ns, TIMEOUT).await?;
     let teardown = t1.elapsed();
-    op_costs.push(cost_since(&admin, &snap, "operator: teardown").await);
+    op_costs.push(cost_since(&probe, &snap, "operator: teardown").await);
     // The floor's destroy: the same calls (each process taken out from where the cycle left
     // it) and deletes from the bare client (its simulators still following its pods, as the
     // operator's did), then its namespace, empty by then.
     settle("floor: destroy").await;
     let before = count.total();
-    let snap = Snapshot::take(&admin).await;
+    let snap = Snapshot::take(&probe).await;
     let left_in = CYCLE[CYCLE.len() - 1].0.target();
     let floor_destroy =
         support::floor::destroy(&counted, &control, &floor_tasks, left_in, concurrency).await?;
     drop(control);
     let floor_destroy_requests = count.total() - before;
     println!("floor: destroy {floor_destroy:.2?}, {floor_destroy_requests} requests");
-    floor_costs.push(cost_since(&admin, &snap, "floor: destroy").await);
+    floor_costs.push(cost_since(&probe, &snap, "floor: destroy").await);
     floor_sims.stop().await;
     purge_namespace(&admin, &floor_ns, TIMEOUT).await?;
     memory("the teardown's end");
@@ -492,8 +493,8 @@ async fn settle(what: &str) {
 }
 
 /// The cost of a step from `before` until now, printed as it ends.
-async fn cost_since(admin: &Client, before: &Snapshot, what: &str) -> Cost {
-    let cost = before.cost_until(&Snapshot::take(admin).await);
+async fn cost_since(probe: &Probe, before: &Snapshot, what: &str) -> Cost {
+    let cost = before.cost_until(&Snapshot::take(probe).await);
     println!("{what}: {}", cost.line());
     cost
 }
@@ -508,7 +509,7 @@ fn concurrency() -> usize {
 /// the create's wall time.
 async fn floor_aside(
     client: &Client,
-    admin: &Client,
+    probe: &Probe,
     kubeconfig: &std::path::Path,
     label: &str,
     nodes: usize,
@@ -516,7 +517,7 @@ async fn floor_aside(
     slot: u16,
 ) -> Res<Duration> {
     let ns = format!("bench-floor{slot}-{}", std::process::id());
-    create_ns(admin, &ns).await?;
+    create_ns(&probe.admin, &ns).await?;
     let mut refs = task_refs(&format!("b{slot}"), nodes, per_node);
     refs.iter_mut().for_each(|r| r.control_port += 100 * slot);
     let sims = SimRunners::start(
@@ -529,13 +530,13 @@ async fn floor_aside(
         )),
     )?;
     settle(label).await;
-    let snap = Snapshot::take(admin).await;
+    let snap = Snapshot::take(probe).await;
     let t = Instant::now();
     support::floor::create(client, &ns, &refs, concurrency(), DISCOVERY_PORT).await?;
     let took = t.elapsed();
-    cost_since(admin, &snap, label).await;
+    cost_since(probe, &snap, label).await;
     sims.stop().await;
-    purge_namespace(admin, &ns, TIMEOUT).await?;
+    purge_namespace(&probe.admin, &ns, TIMEOUT).await?;
     Ok(took)
 }
 

@@ -1,14 +1,31 @@
 //! What one step of a benchmark cost the machine, to tell a slow step's cause from the
 //! machine's spread: CPU seconds by process (the plane's, the operator's, the simulators',
 //! the benchmark's own), the cores' idle time, and the apiserver's request time by verb and
-//! resource and its watch events (its `/metrics`). Taken before and after the step; the
-//! difference is printed.
+//! resource and its watch events (its `/metrics`), and which watchers it cut off as
+//! unresponsive (its log). Taken before and after the step; the difference is printed.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use envbridge::dev::cut_watchers::LogMark;
 use kube::Client;
+
+/// What a snapshot reads: the apiserver's metrics through `admin`, and its log.
+#[derive(Clone)]
+pub struct Probe {
+    pub admin: Client,
+    pub apiserver_log: std::path::PathBuf,
+}
+
+impl Probe {
+    pub fn of(admin: &Client, plane: &envbridge::dev::ClusterInfo) -> Probe {
+        Probe {
+            admin: admin.clone(),
+            apiserver_log: plane.apiserver_log(),
+        }
+    }
+}
 
 /// One reading of the machine and the apiserver.
 #[derive(Clone, Debug)]
@@ -24,6 +41,8 @@ pub struct Snapshot {
     watch_events: BTreeMap<String, f64>,
     /// Watchers the apiserver cut off as unresponsive, by resource.
     cut_watchers: BTreeMap<String, f64>,
+    /// Where the apiserver's log ended.
+    log: LogMark,
 }
 
 /// The difference of two snapshots, in seconds.
@@ -41,13 +60,16 @@ pub struct Cost {
     /// Watchers cut off as unresponsive by resource, most first: each resumes from its last
     /// event and is sent everything since again (kwok then plays those events again).
     pub cut_watchers: Vec<(String, f64)>,
+    /// The same by watcher (resource, key, labels, fields), from the apiserver's log.
+    pub cut_by_watcher: Vec<(String, usize)>,
 }
 
 impl Snapshot {
     /// Reads the processes and, through `admin`, the apiserver's metrics (none if it does not
     /// answer: the CPU part still says something).
-    pub async fn take(admin: &Client) -> Snapshot {
-        let metrics = apiserver_metrics(admin).await.unwrap_or_default();
+    pub async fn take(probe: &Probe) -> Snapshot {
+        let log = LogMark::now(probe.apiserver_log.clone());
+        let metrics = apiserver_metrics(&probe.admin).await.unwrap_or_default();
         let (requests, watch_events, cut_watchers) = parse_metrics(&metrics);
         Snapshot {
             at: Instant::now(),
@@ -56,6 +78,7 @@ impl Snapshot {
             requests,
             watch_events,
             cut_watchers,
+            log,
         }
     }
 
@@ -94,6 +117,7 @@ impl Snapshot {
             by_request,
             events_by_kind,
             cut_watchers,
+            cut_by_watcher: self.log.cut_since(),
         }
     }
 }
@@ -141,6 +165,14 @@ impl Cost {
                 .map(|(k, n)| format!("{k} {n:.0}"))
                 .collect();
             let _ = write!(s, "; watchers cut off as unresponsive: {}", cut.join(", "));
+        }
+        if !self.cut_by_watcher.is_empty() {
+            let who: Vec<String> = self
+                .cut_by_watcher
+                .iter()
+                .map(|(w, n)| format!("{w} x{n}"))
+                .collect();
+            let _ = write!(s, " ({})", who.join("; "));
         }
         s
     }

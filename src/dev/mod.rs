@@ -10,6 +10,7 @@
 
 pub mod addressing;
 pub mod binaries;
+pub mod cut_watchers;
 mod error;
 pub mod image;
 pub mod kubeconfig;

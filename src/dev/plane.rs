@@ -52,6 +52,13 @@ pub struct ClusterInfo {
     pub kwok_relay: bool,
 }
 
+impl ClusterInfo {
+    /// kube-apiserver's log (which watchers it cut off: `dev::cut_watchers`).
+    pub fn apiserver_log(&self) -> PathBuf {
+        log_of(&self.state_dir, restart::APISERVER)
+    }
+}
+
 /// Controllers run by kube-controller-manager: what namespaces, owner references, Jobs,
 /// ReplicaSets and node health need; nothing that evicts pods or allocates CIDRs. Not the
 /// EndpointSlice controller: every pod address here is loopback, which EndpointSlice
@@ -426,6 +433,11 @@ fn launch(
     launch_with_env(name, binary, args, &[], dir, st)
 }
 
+/// Where the component `name` of the plane in `dir` logs.
+fn log_of(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.log"))
+}
+
 fn launch_with_env(
     name: &str,
     binary: &Path,
@@ -434,7 +446,7 @@ fn launch_with_env(
     dir: &Path,
     st: &mut PlaneState,
 ) -> Result<Component> {
-    let log = dir.join(format!("{name}.log"));
+    let log = log_of(dir, name);
     eprintln!("envbridge: starting {name}");
     let pid = process::spawn_with_env(binary, &args, &log, dir, env)?;
     let c = Component {
@@ -485,6 +497,10 @@ fn apiserver_args(dir: &Path, st: &PlaneState, pki: &pki::PkiFiles) -> Vec<Strin
         s("--max-requests-inflight=2000"),
         s("--max-mutating-requests-inflight=1000"),
         s("--profiling=false"),
+        // Each watcher cut off as unresponsive is logged with its key, labels and fields
+        // (the metric counts them by resource only): which one fell behind, in
+        // `kube-apiserver.log` (see `dev::cut_watchers`).
+        s("--vmodule=cache_watcher=1"),
         // pods/log and exec dial the node by its InternalIP (loopback here); the default
         // order tries the Hostname first, which would send a DNS query off this machine.
         s("--kubelet-preferred-address-types=InternalIP"),
@@ -554,7 +570,7 @@ async fn start_components(
     .await?;
 
     let apiserver = launch(
-        "kube-apiserver",
+        restart::APISERVER,
         &bins.apiserver,
         apiserver_args(dir, st, pki),
         dir,

@@ -13,6 +13,7 @@ use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 
 use crate::support::{self, TestNamespace};
 
+mod cut_watchers;
 mod kwok_relay;
 mod kwok_shards;
 
