@@ -55,7 +55,7 @@ pub struct ClusterInfo {
 impl ClusterInfo {
     /// kube-apiserver's log (which watchers it cut off: `dev::cut_watchers`).
     pub fn apiserver_log(&self) -> PathBuf {
-        log_of(&self.state_dir, restart::APISERVER)
+        log_of(&self.state_dir, APISERVER)
     }
 }
 
@@ -86,6 +86,8 @@ const NO_POD_WATCH_CACHE: &str = "--watch-cache-sizes=pods#0";
 /// holds an hour of history meanwhile (its quota is 8 GiB).
 const LONG_COMPACTION: &str = "--etcd-compaction-interval=1h";
 
+/// The apiserver's component name (its log: `kube-apiserver.log`).
+const APISERVER: &str = "kube-apiserver";
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 /// How long a started process (etcd, the watch relay) may take to open its port.
 const STARTED_TIMEOUT: Duration = Duration::from_secs(30);
@@ -570,7 +572,7 @@ async fn start_components(
     .await?;
 
     let apiserver = launch(
-        restart::APISERVER,
+        APISERVER,
         &bins.apiserver,
         apiserver_args(dir, st, pki),
         dir,

@@ -6,7 +6,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::restart::{APISERVER, component, recorded, restart_component};
+use super::APISERVER;
+use super::restart::{component, recorded, restart_component};
 use super::{ClusterInfo, lock};
 use crate::dev::error::{DevError, Result};
 use crate::dev::process;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::{
-    ClusterInfo, READY_TIMEOUT, apiserver_args, client_for, died, info_of, launch, lock,
+    APISERVER, ClusterInfo, READY_TIMEOUT, apiserver_args, client_for, died, info_of, launch, lock,
     lock_async, pki, wait_apiserver_ready,
 };
 use crate::dev::error::{DevError, IoContext, Result};
@@ -19,7 +19,6 @@ use crate::dev::state::{self, Component, PlaneState};
 
 mod serving;
 
-pub(super) const APISERVER: &str = "kube-apiserver";
 const ETCD: &str = "etcd";
 
 pub(super) fn recorded(dir: &Path) -> Result<PlaneState> {
