@@ -139,40 +139,28 @@ impl Cost {
             self.request_s(),
             self.by_request.iter().map(|r| r.2).sum::<f64>()
         );
-        let parts: Vec<String> = self
-            .by_request
-            .iter()
-            .take(8)
-            .map(|(k, t, n)| format!("{k} {t:.0} s/{n:.0}"))
-            .collect();
-        let kinds: Vec<String> = self
-            .events_by_kind
-            .iter()
-            .take(4)
-            .map(|(k, n)| format!("{k} {n:.0}"))
-            .collect();
+        let parts = joined(self.by_request.iter().take(8), ", ", |(k, t, n)| {
+            format!("{k} {t:.0} s/{n:.0}")
+        });
+        let kinds = joined(self.events_by_kind.iter().take(4), ", ", |(k, n)| {
+            format!("{k} {n:.0}")
+        });
         let _ = write!(
             s,
-            "{}); {:.0} watch events ({})",
-            parts.join(", "),
-            self.watch_events(),
-            kinds.join(", ")
+            "{parts}); {:.0} watch events ({kinds})",
+            self.watch_events()
         );
         if !self.cut_watchers.is_empty() {
-            let cut: Vec<String> = self
-                .cut_watchers
-                .iter()
-                .map(|(k, n)| format!("{k} {n:.0}"))
-                .collect();
-            let _ = write!(s, "; watchers cut off as unresponsive: {}", cut.join(", "));
+            let cut = joined(self.cut_watchers.iter(), ", ", |(k, n)| {
+                format!("{k} {n:.0}")
+            });
+            let _ = write!(s, "; watchers cut off as unresponsive: {cut}");
         }
         if !self.cut_by_watcher.is_empty() {
-            let who: Vec<String> = self
-                .cut_by_watcher
-                .iter()
-                .map(|(w, n)| format!("{w} x{n}"))
-                .collect();
-            let _ = write!(s, " ({})", who.join("; "));
+            let who = joined(self.cut_by_watcher.iter(), "; ", |(w, n)| {
+                format!("{w} x{n}")
+            });
+            let _ = write!(s, " ({who})");
         }
         s
     }
@@ -299,6 +287,11 @@ pub fn ticks_per_second() -> f64 {
 async fn apiserver_metrics(admin: &Client) -> Option<String> {
     let req = http::Request::get("/metrics").body(Vec::new()).ok()?;
     admin.request_text(req).await.ok()
+}
+
+/// `items`, each as `f` writes it, joined by `sep`.
+fn joined<T>(items: impl Iterator<Item = T>, sep: &str, f: impl Fn(T) -> String) -> String {
+    items.map(f).collect::<Vec<_>>().join(sep)
 }
 
 /// What a reading of the apiserver's metrics gives: request seconds and counts by "VERB
